@@ -1,0 +1,148 @@
+"""Session-wide fixtures: one real Apache Kafka broker and uuid-named topics.
+
+Broker selection, in order:
+1. ``KAFKA_BOOTSTRAP_SERVERS`` when set (any external broker);
+2. a testcontainers Kafka container when a Docker engine answers;
+3. ``scripts/kafka-local`` (Apache Kafka from Maven Central jars, no Docker needed).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+REPO = Path(__file__).resolve().parent.parent
+KAFKA_LOCAL = REPO / "scripts" / "kafka-local"
+
+
+@dataclass(frozen=True)
+class Broker:
+    bootstrap: str
+    source: str
+    version: str
+
+
+_broker_seen: list[Broker] = []
+_failures: list[str] = []
+
+
+def _docker_answers() -> bool:
+    """True when a Docker engine answers /_ping on its socket (the testcontainers path)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://") or not Path(host[7:]).exists():
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(3)
+            sock.connect(host[7:])
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return b" 200 " in sock.recv(256)
+    except OSError:
+        return False
+
+
+def _kafka_local(command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(KAFKA_LOCAL), command],
+        capture_output=True, text=True, check=False, timeout=180,
+    )
+
+
+def _local_version() -> str:
+    logs = _kafka_local("logs").stdout
+    for line in logs.splitlines():
+        if "Kafka version:" in line:
+            return line.split("Kafka version:", 1)[1].split()[0]
+    return "unknown"
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[Broker]:
+    if bootstrap := os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        broker = Broker(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "external")
+        _broker_seen.append(broker)
+        yield broker
+        return
+    if _docker_answers():
+        from testcontainers.kafka import KafkaContainer  # noqa: PLC0415
+
+        with KafkaContainer("apache/kafka:4.1.1").with_kraft() as container:
+            broker = Broker(container.get_bootstrap_server(), "testcontainers", "4.1.1")
+            _broker_seen.append(broker)
+            yield broker
+        return
+    already_running = _kafka_local("status").returncode == 0
+    started = _kafka_local("start")
+    if started.returncode != 0:
+        pytest.exit(f"scripts/kafka-local start failed:\n{started.stderr}", returncode=3)
+    broker = Broker(started.stdout.strip().splitlines()[-1], "scripts/kafka-local",
+                    _local_version())
+    _broker_seen.append(broker)
+    try:
+        yield broker
+    finally:
+        if not already_running:
+            _kafka_local("stop")
+
+
+@pytest.fixture(scope="session")
+def bootstrap(kafka_broker: Broker) -> str:
+    return kafka_broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+TopicFactory = Callable[..., str]
+
+
+@pytest.fixture
+def topic_factory(admin: AdminClient) -> Iterator[TopicFactory]:
+    """Make fresh uuid-named topics; tests never share topics."""
+    made: list[str] = []
+
+    def make(prefix: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1,
+                      config=config or {})],
+            operation_timeout=30,
+        )
+        futures[name].result(timeout=30)
+        made.append(name)
+        return name
+
+    yield make
+    if made:
+        with suppress(Exception):
+            for future in admin.delete_topics(made, operation_timeout=10).values():
+                future.result(timeout=10)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        _failures.append(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for broker in _broker_seen:
+        terminalreporter.write_line(
+            f"kafka broker: Apache Kafka {broker.version} at {broker.bootstrap} "
+            f"(from {broker.source})"
+        )
+    if _failures and any(b.source == "scripts/kafka-local" for b in _broker_seen):
+        terminalreporter.section("broker log tail (scripts/kafka-local logs)")
+        terminalreporter.write_line(_kafka_local("logs").stdout[-6000:])

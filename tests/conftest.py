@@ -60,11 +60,7 @@ def _kafka_local(command: str) -> subprocess.CompletedProcess[str]:
 
 
 def _local_version() -> str:
-    logs = _kafka_local("logs").stdout
-    for line in logs.splitlines():
-        if "Kafka version:" in line:
-            return line.split("Kafka version:", 1)[1].split()[0]
-    return "unknown"
+    return _kafka_local("version").stdout.strip() or "unknown"
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,134 @@
+"""``python -m consumer``: run the daemon, explain a plan, tail the output topic."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+import pyarrow as pa
+
+from consumer.config import ConfigError, Settings, load_settings
+from consumer.kafka_clients import KafkaSetupError, check_topics
+from consumer.logs import configure_logging
+from consumer.plan import PlanError, derive_plan
+from consumer.sink import FatalKafkaError
+from consumer.tail import peek_first_value, print_window, read_output
+from producer.files import UnreadableFileError, read_table
+from producer.wire import DecodeLimits, WireFormatError, decode_ipc_stream
+
+log = logging.getLogger("consumer")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m consumer",
+        description="arrowagg: aggregate Arrow IPC record batches on Kafka, per window.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = commands.add_parser(
+        "run", help="run the daemon: consume, window, aggregate, emit, commit",
+        description="Join the consumer group and aggregate until SIGTERM or SIGINT.")
+    run.add_argument("--config", type=Path, default=Path("config.yaml"),
+                     help="YAML config (default: config.yaml); env ARROWAGG_* overrides")
+    explain = commands.add_parser(
+        "explain", help="print the aggregation plan for a schema",
+        description="Show keys, each column's aggregation and skipped columns. The schema "
+                    "comes from --sample, or else from the first message on the input topic.")
+    explain.add_argument("--config", type=Path, default=Path("config.yaml"))
+    explain.add_argument("--sample", type=Path,
+                         help="an Arrow IPC stream/file or Parquet file with the input schema")
+    tail = commands.add_parser(
+        "tail", help="show each output window as a table",
+        description="Subscribe to the output topic (read_committed) and print every window.")
+    tail.add_argument("--topic", required=True, help="the output topic")
+    tail.add_argument("--bootstrap-servers",
+                      default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+                      help="default: $KAFKA_BOOTSTRAP_SERVERS or 127.0.0.1:9092")
+    tail.add_argument("--from-beginning", action="store_true",
+                      help="start at the topic's beginning instead of its end")
+    tail.add_argument("--max-windows", type=int, help="stop after this many messages")
+    tail.add_argument("--idle-timeout-s", type=float, default=float("inf"),
+                      help="stop when nothing arrived for this long (default: never)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit per error kind
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "tail":
+            return _tail(args)
+        settings = load_settings(args.config)
+        configure_logging(settings.logging.level, settings.logging.format)
+        if args.command == "explain":
+            return _explain(settings, args.sample)
+        return _run(settings)
+    except ConfigError as err:
+        print(f"consumer: bad configuration:\n{err}", file=sys.stderr)
+        return EXIT_USAGE
+    except (PlanError, UnreadableFileError, WireFormatError) as err:
+        print(f"consumer: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KafkaSetupError as err:
+        print(f"consumer: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except FatalKafkaError as err:
+        print(f"consumer: stopping on a fatal Kafka error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(settings: Settings) -> int:
+    from consumer.processor import StreamProcessor  # noqa: PLC0415 - keeps --help fast
+
+    output = settings.output
+    wanted = [*settings.input.topics, output.topic,
+              *(t for t in (output.late_topic, output.dlq_topic) if t)]
+    check_topics(settings.kafka, wanted)
+    processor = StreamProcessor(settings)
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: finishing the batch in flight, then stopping",
+                 signal.Signals(signum).name)
+        processor.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("arrowagg consuming %s -> %s (%s, %s windows)", ",".join(settings.input.topics),
+             output.topic, settings.processing.guarantee, settings.window.kind)
+    processor.run()
+    log.info("stopped cleanly: %s", processor.counters)
+    return EXIT_OK
+
+
+def _explain(settings: Settings, sample: Path | None) -> int:
+    schema = read_table(sample).schema if sample else _peek_schema(settings)
+    window, aggregation = settings.window, settings.aggregation
+    plan = derive_plan(schema, time_column=window.timestamp_column if window.time == "event"
+                       else None, keys=aggregation.keys, overrides=aggregation.columns)
+    print(plan.describe())
+    return EXIT_OK
+
+
+def _peek_schema(settings: Settings) -> pa.Schema:
+    value = peek_first_value(settings.kafka.bootstrap_servers, settings.input.topics)
+    if value is None:
+        raise KafkaSetupError("the input topic has no message yet; pass --sample FILE")
+    return decode_ipc_stream(value, DecodeLimits()).schema
+
+
+def _tail(args: argparse.Namespace) -> int:
+    idle = None if args.idle_timeout_s == float("inf") else args.idle_timeout_s
+    windows = read_output(args.bootstrap_servers, args.topic, from_beginning=args.from_beginning,
+                          idle_timeout_s=idle if idle is not None else 10**9,
+                          max_windows=args.max_windows)
+    try:
+        for window in windows:
+            print_window(window, sys.stdout)
+    except KeyboardInterrupt:
+        return EXIT_OK
+    return EXIT_OK

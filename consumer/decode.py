@@ -1,0 +1,114 @@
+"""Decode step: an input message's bytes become rows in the plan's columns, or a rejection.
+
+The first valid message's schema fixes the plan (``Decoder.plan``); later messages must
+carry the plan's columns with the same or a safely castable type. Extra columns are
+ignored. Anything else is rejected with a reason, never a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from consumer.plan import AggregationPlan, PlanError
+from producer.wire import DecodeLimits, WireFormatError, decode_ipc_stream, parse_headers
+
+log = logging.getLogger(__name__)
+
+PlanFactory = Callable[[pa.Schema], AggregationPlan]
+# What confluent-kafka's Message.headers() returns.
+MessageHeaders = Sequence[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
+
+
+class RejectedMessageError(Exception):
+    """The message cannot be aggregated; ``reason`` is a short code for the DLQ."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class DecodedMessage:
+    table: pa.Table  # the plan's columns only, in the plan's types
+    max_event_ms: int | None
+
+
+class Decoder:
+    def __init__(self, make_plan: PlanFactory, *, limits: DecodeLimits, max_message_bytes: int,
+                 plan: AggregationPlan | None = None, schema: pa.Schema | None = None) -> None:
+        self._make_plan = make_plan
+        self._limits = limits
+        self._max_message_bytes = max_message_bytes
+        self.plan = plan
+        self._schema = schema  # the plan's input columns and types
+
+    def decode(self, value: bytes | None, headers: MessageHeaders) -> DecodedMessage:
+        if value is not None and len(value) > self._max_message_bytes:
+            raise RejectedMessageError(
+                "too-many-bytes", f"message of {len(value)} bytes exceeds max_message_bytes")
+        try:
+            parse_headers(list(headers.items()) if isinstance(headers, dict) else headers)
+            table = decode_ipc_stream(value, self._limits)
+        except WireFormatError as err:
+            raise RejectedMessageError(err.reason, str(err)) from err
+        if self.plan is None or self._schema is None:
+            self._fix_plan(table.schema)
+        return self._conform(table)
+
+    def time_dtype(self) -> pl.DataType | None:
+        """The Polars type of the plan's event-time column (once the plan is fixed)."""
+        if self.plan is None or self.plan.time_column is None or self._schema is None:
+            return None
+        empty = pl.DataFrame(self._schema.empty_table())
+        return empty.schema[self.plan.time_column]
+
+    def _fix_plan(self, schema: pa.Schema) -> None:
+        try:
+            plan = self._make_plan(schema)
+        except PlanError as err:
+            raise RejectedMessageError("schema-mismatch", str(err)) from err
+        columns = [*plan.keys, *([plan.time_column] if plan.time_column else []),
+                   *dict.fromkeys(a.name for a in plan.aggregates)]
+        self._schema = pa.schema([schema.field(name) for name in columns])
+        self.plan = plan
+        for skipped in plan.skipped:
+            log.info("column %r (%s) is skipped: %s", skipped.name, skipped.dtype, skipped.reason)
+        log.info("aggregation plan fixed from the first message:\n%s", plan.describe())
+
+    def _conform(self, table: pa.Table) -> DecodedMessage:
+        assert self._schema is not None  # noqa: S101 - set by _fix_plan
+        assert self.plan is not None  # noqa: S101
+        missing = [n for n in self._schema.names if n not in table.schema.names]
+        if missing:
+            raise RejectedMessageError("schema-mismatch", f"missing columns {missing}")
+        table = table.select(self._schema.names)
+        if not table.schema.equals(self._schema):
+            try:
+                table = table.cast(self._schema, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                raise RejectedMessageError(
+                    "schema-mismatch", f"columns do not cast to the plan's types: {err}"
+                ) from err
+        return DecodedMessage(table, self._max_event_ms(table))
+
+    def _max_event_ms(self, table: pa.Table) -> int | None:
+        assert self.plan is not None  # noqa: S101
+        name = self.plan.time_column
+        if name is None or table.num_rows == 0:
+            return None
+        column = table.column(name)
+        if column.null_count:
+            raise RejectedMessageError(
+                "null-event-time", f"{column.null_count} rows have no {name!r}")
+        raw = int(pc.max(column.cast(pa.int64())).as_py())
+        if not pa.types.is_timestamp(column.type):
+            return raw  # integer epoch milliseconds
+        per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[column.type.unit]
+        return raw * 1_000 if per_ms is None else raw // per_ms

@@ -1,0 +1,305 @@
+"""The daemon's pure core: decoded rows in; closed windows, late rows and commit points out.
+
+No Kafka import: the run loop feeds it frames with the coordinates of the messages they
+came from, and asks which windows are due and which offsets may be committed.
+
+Two engines share one shape (``WindowEngine``):
+- ``TimeWindowEngine`` — tumbling or hopping windows by event time (a timestamp column,
+  closed by the watermark) or by processing time (the wall clock when the batch arrives);
+- ``CountWindowEngine`` — a window every N input messages or M rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import polars as pl
+
+from consumer.aggregate import PartialAggregator
+from consumer.offsets import NO_WINDOW, CommitMetadata, CommitPoint, OffsetTracker, PartitionKey
+from consumer.plan import AggregationPlan
+from consumer.watermark import WatermarkTracker
+from consumer.window_store import WINDOW_START, ClosedWindow, WindowStore
+from consumer.windows import WindowSpec, to_epoch_ms, window_ranges, with_window_start
+
+EVENT_MS = "__event_ms"
+
+
+@dataclass(frozen=True)
+class MessageRef:
+    """Where a slice of the frame came from: ``rows`` consecutive rows of one message."""
+
+    partition: PartitionKey
+    offset: int
+    rows: int
+    max_event_ms: int | None = None
+
+
+class WindowEngine(Protocol):
+    late_rows: int
+    skipped_replayed_rows: int
+
+    def assign(self, partition: PartitionKey, committed: int | None,
+               metadata: CommitMetadata | None, now_ms: int) -> None: ...
+    def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None: ...
+    def revoke(self, partition: PartitionKey) -> None: ...
+    def is_replay(self, partition: PartitionKey, offset: int) -> bool: ...
+    def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef], now_ms: int, *,
+            replay: bool = False) -> pl.DataFrame | None: ...
+    def close_due(self, now_ms: int) -> list[ClosedWindow]: ...
+    def commit_points(self) -> dict[PartitionKey, CommitPoint]: ...
+    def discard(self) -> None: ...
+    def cardinality(self) -> int: ...
+    def open_window_count(self) -> int: ...
+
+
+class TimeWindowEngine:
+    def __init__(
+        self, plan: AggregationPlan, spec: WindowSpec, *, event_time: bool,
+        time_dtype: pl.DataType | None, allowed_lateness_ms: int, idle_timeout_ms: int,
+        merge_every: int,
+    ) -> None:
+        if event_time and (plan.time_column is None or time_dtype is None):
+            raise ValueError("event-time windows need the plan's time column and its dtype")
+        self._plan = plan
+        self._spec = spec
+        self._event_time = event_time
+        self._time_dtype = time_dtype
+        self._aggregator = PartialAggregator(plan, (WINDOW_START, *plan.keys))
+        self._store = WindowStore(self._aggregator, merge_every=merge_every)
+        self._offsets = OffsetTracker()
+        self._watermarks = WatermarkTracker(
+            allowed_lateness_ms=allowed_lateness_ms, idle_timeout_ms=idle_timeout_ms)
+        self._frontier: int | None = None
+        self._replay_until: dict[PartitionKey, int] = {}
+        self.late_rows = 0
+        self.skipped_replayed_rows = 0
+
+    # -- assignment --------------------------------------------------------------------
+
+    def assign(self, partition: PartitionKey, committed: int | None,
+               metadata: CommitMetadata | None, now_ms: int) -> None:
+        self._offsets.assign(partition, committed)
+        restored_max = None
+        if metadata is not None:
+            if metadata.frontier is not None:
+                self._frontier = max(self._frontier or metadata.frontier, metadata.frontier)
+            if self._event_time:
+                self._replay_until[partition] = metadata.position
+            restored_max = metadata.max_event_ms
+        self._watermarks.assign(partition, now_ms, restored_max)
+
+    def revoke(self, partition: PartitionKey) -> None:
+        self._offsets.revoke(partition)
+        self._watermarks.revoke(partition)
+        self._replay_until.pop(partition, None)
+
+    def is_replay(self, partition: PartitionKey, offset: int) -> bool:
+        return offset < self._replay_until.get(partition, -1)
+
+    # -- rows in -----------------------------------------------------------------------
+
+    def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef], now_ms: int, *,
+            replay: bool = False) -> pl.DataFrame | None:
+        """Window and pre-aggregate ``frame``; return its late rows (with window_start)."""
+        windowed = with_window_start(frame.lazy().with_columns(self._event_expr(now_ms)),
+                                     EVENT_MS, self._spec)
+        late = None
+        if self._frontier is not None:
+            is_late = pl.col(WINDOW_START) + self._spec.size_ms <= self._frontier
+            late_frame = windowed.filter(is_late).drop(EVENT_MS).collect()
+            if late_frame.height:
+                if replay:
+                    self.skipped_replayed_rows += late_frame.height
+                else:
+                    self.late_rows += late_frame.height
+                    late = late_frame
+            windowed = windowed.filter(~is_late)
+        partial = self._aggregator.partial(windowed.drop(EVENT_MS))
+        starts = partial.get_column(WINDOW_START).unique().to_list()
+        self._store.add(partial, {s: s + self._spec.size_ms for s in starts})
+        for ref in refs:
+            event_ms = ref.max_event_ms if self._event_time else now_ms
+            last_end = self._last_end(event_ms)
+            self._offsets.record(ref.partition, ref.offset, last_end)
+            self._watermarks.observe(ref.partition, event_ms, now_ms)
+        return late
+
+    def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None:
+        """A message with no usable rows: done at once, and proof the partition is alive."""
+        self._offsets.record(partition, offset, NO_WINDOW)
+        self._watermarks.observe(partition, None, now_ms)
+
+    def _event_expr(self, now_ms: int) -> pl.Expr:
+        if not self._event_time:
+            return pl.lit(now_ms, pl.Int64).alias(EVENT_MS)
+        assert self._plan.time_column is not None  # noqa: S101 - checked in __init__
+        assert self._time_dtype is not None  # noqa: S101
+        return to_epoch_ms(self._plan.time_column, self._time_dtype).alias(EVENT_MS)
+
+    def _last_end(self, event_ms: int | None) -> int:
+        if event_ms is None:
+            return NO_WINDOW  # a message without rows feeds no window
+        return window_ranges(event_ms, self._spec)[-1][1]
+
+    # -- windows out -------------------------------------------------------------------
+
+    def close_due(self, now_ms: int) -> list[ClosedWindow]:
+        if not self._event_time:
+            return self._close_through(now_ms)
+        watermark = self._watermarks.current(now_ms)
+        if watermark.all_idle:
+            # Nothing is coming: close every open window rather than wait forever.
+            closed = self._store.pop_all()
+            if closed:
+                self._advance(max(w.end_ms for w in closed))
+            return closed
+        if watermark.value_ms is None:
+            return []
+        return self._close_through(watermark.value_ms)
+
+    def _close_through(self, frontier_ms: int) -> list[ClosedWindow]:
+        self._advance(frontier_ms)
+        return self._store.pop_closed(self._frontier)
+
+    def _advance(self, frontier_ms: int) -> None:
+        if self._frontier is None or frontier_ms > self._frontier:
+            self._frontier = frontier_ms
+
+    def commit_points(self) -> dict[PartitionKey, CommitPoint]:
+        partitions = self._offsets.partitions()
+        maxima = {p: self._watermarks.max_event_ms(p) for p in partitions}
+        return self._offsets.commit_points(self._frontier, maxima)
+
+    def discard(self) -> None:
+        self._store.discard()
+
+    def cardinality(self) -> int:
+        return self._store.cardinality()
+
+    def open_window_count(self) -> int:
+        return len(self._store.open_windows())
+
+
+class CountWindowEngine:
+    """A window closes after ``batches`` messages or ``rows`` rows, whichever comes first.
+
+    Messages are never split across windows. Windows are numbered; the number plays the
+    role of the window end in the offset tracking, and window_start/window_end in the
+    output are the processing times of the window's first message and of its close.
+    """
+
+    def __init__(self, plan: AggregationPlan, *, batches: int | None, rows: int | None,
+                 idle_timeout_ms: int, merge_every: int) -> None:
+        self._aggregator = PartialAggregator(plan, (WINDOW_START, *plan.keys))
+        self._store = WindowStore(self._aggregator, merge_every=merge_every)
+        self._offsets = OffsetTracker()
+        self._max_batches = batches
+        self._max_rows = rows
+        self._idle_timeout_ms = idle_timeout_ms
+        self._window_id = 0
+        self._opened_ms: int | None = None
+        self._batches = 0
+        self._rows = 0
+        self._last_message_ms = 0
+        self._last_end_ms = 0
+        self._ready: list[ClosedWindow] = []
+        self._ready_through: int | None = None  # last window id in _ready
+        self._frontier: int | None = None  # last window id handed out by close_due
+        self.late_rows = 0
+        self.skipped_replayed_rows = 0
+
+    def assign(self, partition: PartitionKey, committed: int | None,
+               metadata: CommitMetadata | None, now_ms: int) -> None:
+        self._offsets.assign(partition, committed)
+        if metadata is not None and metadata.frontier is not None:
+            self._window_id = max(self._window_id, metadata.frontier + 1)
+            self._frontier = max(self._frontier or metadata.frontier, metadata.frontier)
+        self._last_message_ms = now_ms
+
+    def revoke(self, partition: PartitionKey) -> None:
+        self._offsets.revoke(partition)
+
+    def is_replay(self, partition: PartitionKey, offset: int) -> bool:  # noqa: ARG002
+        return False  # count windows commit in message order: nothing replayed was emitted
+
+    def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef], now_ms: int, *,
+            replay: bool = False) -> pl.DataFrame | None:  # noqa: ARG002
+        self._last_message_ms = now_ms
+        row = 0
+        start = 0
+        for ref in refs:
+            if self._opened_ms is None:
+                self._opened_ms = now_ms
+            self._offsets.record(ref.partition, ref.offset, self._window_id)
+            self._batches += 1
+            self._rows += ref.rows
+            row += ref.rows
+            if self._full():
+                self._add_rows(frame.slice(start, row - start))
+                start = row
+                self._close_current(now_ms)
+        self._add_rows(frame.slice(start, row - start))
+        return None
+
+    def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None:
+        self._offsets.record(partition, offset, NO_WINDOW)
+        self._last_message_ms = now_ms
+
+    def _full(self) -> bool:
+        return (self._max_batches is not None and self._batches >= self._max_batches) or (
+            self._max_rows is not None and self._rows >= self._max_rows)
+
+    def _add_rows(self, rows: pl.DataFrame) -> None:
+        if rows.height == 0:
+            return
+        windowed = rows.lazy().with_columns(pl.lit(self._window_id, pl.Int64).alias(WINDOW_START))
+        self._store.add(self._aggregator.partial(windowed), {self._window_id: self._window_id})
+
+    def _close_current(self, now_ms: int) -> None:
+        # Several count windows can close within one millisecond: keep their time spans
+        # disjoint and non-empty so each window has its own [start, end).
+        opened = self._opened_ms if self._opened_ms is not None else now_ms
+        start_ms = max(opened, self._last_end_ms)
+        end_ms = max(now_ms, start_ms + 1)
+        self._last_end_ms = end_ms
+        for window in self._store.pop_all():
+            frame = window.frame.with_columns(
+                pl.lit(start_ms, pl.Int64).cast(pl.Datetime("ms", "UTC")).alias("window_start"),
+                pl.lit(end_ms, pl.Int64).cast(pl.Datetime("ms", "UTC")).alias("window_end"),
+            )
+            self._ready.append(ClosedWindow(start_ms, end_ms, frame, window.input_rows))
+        self._ready_through = self._window_id
+        self._window_id += 1
+        self._opened_ms = None
+        self._batches = 0
+        self._rows = 0
+
+    def close_due(self, now_ms: int) -> list[ClosedWindow]:
+        idle = now_ms - self._last_message_ms >= self._idle_timeout_ms
+        if idle and self._batches:
+            self._close_current(now_ms)
+        ready, self._ready = self._ready, []
+        if self._ready_through is not None:
+            self._frontier = self._ready_through
+        return ready
+
+    def commit_points(self) -> dict[PartitionKey, CommitPoint]:
+        partitions = self._offsets.partitions()
+        return self._offsets.commit_points(self._frontier, dict.fromkeys(partitions))
+
+    def discard(self) -> None:
+        self._store.discard()
+        self._ready.clear()
+        self._ready_through = self._frontier
+        self._opened_ms = None
+        self._batches = 0
+        self._rows = 0
+
+    def cardinality(self) -> int:
+        return self._store.cardinality()
+
+    def open_window_count(self) -> int:
+        return 1 if self._batches else 0

@@ -1,0 +1,103 @@
+"""Which input offsets are safe to commit: those whose rows are all in emitted windows.
+
+Every consumed message is recorded with the largest window end its rows touched. A
+partition's commit offset is the first message whose windows are not all emitted yet;
+everything before it is done. After a crash the daemon replays from there, so the open
+windows are rebuilt from the input itself and nothing is lost.
+
+The commit carries metadata (``CommitMetadata``): the emitted-window frontier and the
+position the consumer had reached. On replay, rows of messages before that position whose
+windows lie at or below the frontier were already emitted and are skipped, not counted
+twice and not mistaken for late rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass
+
+PartitionKey = tuple[str, int]
+
+# The window end recorded for a message that fed no window (empty, rejected): done at once.
+NO_WINDOW = -(2**63)
+
+
+@dataclass(frozen=True)
+class CommitMetadata:
+    frontier: int | None
+    position: int
+    max_event_ms: int | None
+
+    def encode(self) -> str:
+        return json.dumps(
+            {"v": 1, "frontier": self.frontier, "position": self.position,
+             "max_event_ms": self.max_event_ms},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def decode(cls, text: str | None) -> CommitMetadata | None:
+        """Parse committed metadata; None when absent or written by something else."""
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            if data.get("v") != 1:
+                return None
+            return cls(_opt_int(data["frontier"]), int(data["position"]),
+                       _opt_int(data["max_event_ms"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+def _opt_int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class CommitPoint:
+    offset: int
+    metadata: CommitMetadata
+
+
+class OffsetTracker:
+    """Per-partition queues of (offset, last window end) for messages not yet committable."""
+
+    def __init__(self) -> None:
+        self._pending: dict[PartitionKey, deque[tuple[int, int]]] = {}
+        self._position: dict[PartitionKey, int | None] = {}
+
+    def assign(self, partition: PartitionKey, position: int | None) -> None:
+        """``position`` is the committed offset, or None when the group has none yet."""
+        self._pending[partition] = deque()
+        self._position[partition] = position
+
+    def revoke(self, partition: PartitionKey) -> None:
+        self._pending.pop(partition, None)
+        self._position.pop(partition, None)
+
+    def record(self, partition: PartitionKey, offset: int, last_window_end: int) -> None:
+        """``last_window_end`` is the end of the last window the message's rows went to."""
+        self._pending.setdefault(partition, deque()).append((offset, last_window_end))
+        self._position[partition] = offset + 1
+
+    def commit_points(
+        self, frontier: int | None, max_event_ms: dict[PartitionKey, int | None]
+    ) -> dict[PartitionKey, CommitPoint]:
+        """The offset to commit per partition, once windows up to ``frontier`` are emitted."""
+        points = {}
+        for partition, queue in self._pending.items():
+            done_through = NO_WINDOW if frontier is None else frontier
+            while queue and queue[0][1] <= done_through:
+                queue.popleft()
+            position = self._position[partition]
+            if position is None:
+                continue  # nothing consumed and nothing committed: nothing to say
+            offset = queue[0][0] if queue else position
+            meta = CommitMetadata(frontier, position, max_event_ms.get(partition))
+            points[partition] = CommitPoint(offset, meta)
+        return points
+
+    def partitions(self) -> list[PartitionKey]:
+        return list(self._position)

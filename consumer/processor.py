@@ -1,0 +1,337 @@
+"""The run loop: consume → decode → window/aggregate → emit → commit, and rebalances.
+
+Shaped after librdkafka's examples/transactions.c: offsets are committed with the output
+they depend on; on a revoke the current results are committed first; on a lost
+assignment or an aborted transaction the window state is thrown away and rebuilt by
+replaying the input from the committed offsets (``docs/design.md`` explains why this keeps
+state and offsets consistent).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import polars as pl
+import pyarrow as pa
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from consumer import __version__
+from consumer.config import Settings
+from consumer.decode import DecodedMessage, Decoder, RejectedMessageError
+from consumer.engine import CountWindowEngine, MessageRef, TimeWindowEngine, WindowEngine
+from consumer.kafka_clients import consumer_config, producer_config
+from consumer.offsets import CommitMetadata, PartitionKey
+from consumer.output import encode_window
+from consumer.plan import AggregationPlan, derive_plan
+from consumer.sink import (
+    AbortRequiredError,
+    AtLeastOnceSink,
+    OutputRecord,
+    OutputSink,
+    TransactionalSink,
+)
+from consumer.windows import WindowSpec
+from producer.wire import DecodeLimits, encode_ipc_stream
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Counters:
+    messages: int = 0
+    rows: int = 0
+    rejected: int = 0
+    windows_emitted: int = 0
+    late_rows: int = 0
+    commits: int = 0
+    aborts: int = 0
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Assigned:
+    committed: int | None
+    metadata: CommitMetadata | None
+    first_seen: int | None = None
+
+
+class StreamProcessor:
+    def __init__(self, settings: Settings, *, sink: OutputSink | None = None,
+                 clock: Callable[[], int] = now_ms) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._consumer = Consumer(consumer_config(settings.kafka, settings.processing))
+        self._sink = sink or self._make_sink()
+        self._decoder = Decoder(
+            self._make_plan,
+            limits=DecodeLimits(max_rows=settings.input.max_rows_per_message,
+                                max_decoded_bytes=settings.input.max_decoded_bytes_per_message),
+            max_message_bytes=settings.input.max_message_bytes,
+        )
+        self._engine: WindowEngine | None = None
+        self._assigned: dict[PartitionKey, _Assigned] = {}
+        self._pending: list[OutputRecord] = []
+        self._rewind_needed = False
+        self._closing = False
+        self._stop = False
+        self._last_commit_ms = self._clock()
+        self.counters = Counters()
+
+    def _make_sink(self) -> OutputSink:
+        config = producer_config(self._settings.kafka, self._settings.processing)
+        if self._settings.processing.guarantee == "exactly_once":
+            return TransactionalSink(config)
+        return AtLeastOnceSink(config)
+
+    def _make_plan(self, schema: pa.Schema) -> AggregationPlan:
+        window, aggregation = self._settings.window, self._settings.aggregation
+        return derive_plan(
+            schema,
+            time_column=window.timestamp_column if window.time == "event" else None,
+            keys=aggregation.keys, overrides=aggregation.columns,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def open_windows(self) -> int:
+        return 0 if self._engine is None else self._engine.open_window_count()
+
+    def request_stop(self) -> None:
+        self._stop = True
+
+    def run(self) -> None:
+        self._consumer.subscribe(self._settings.input.topics, on_assign=self._on_assign,
+                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
+        processing = self._settings.processing
+        try:
+            while not self._stop:
+                messages = self._consumer.consume(processing.poll_max_messages,
+                                                  processing.poll_timeout_ms / 1000)
+                if self._rewind_needed:
+                    self._rewind()  # what this poll returned predates the rewind
+                    continue
+                self._process(messages)
+                self._flush_due()
+            self._flush_due(force=True)
+        finally:
+            self._closing = True
+            self._consumer.close()
+            self._sink.close()
+
+    # -- rebalance callbacks (called from inside consume()) ---------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        committed = consumer.committed(partitions, timeout=30) if partitions else []
+        for tp in committed:
+            key = (tp.topic, tp.partition)
+            offset = tp.offset if tp.offset >= 0 else None
+            meta = CommitMetadata.decode(tp.metadata)
+            self._assigned[key] = _Assigned(offset, meta)
+            if self._engine is not None:
+                self._engine.assign(key, offset, meta, self._clock())
+        log.info("assigned %s", _names(partitions))
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("revoked %s", _names(partitions))
+        if self._engine is not None and not self._rewind_needed:
+            self._flush_due(force=True)  # commit what is done before the partitions go
+        for tp in partitions:
+            self._forget((tp.topic, tp.partition))
+        # Open windows hold rows of the revoked partitions, which their new owner replays:
+        # rebuild ours from the committed offsets of what we keep.
+        if not self._closing:
+            self._rewind_needed = True
+
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.warning("lost %s: discarding window state", _names(partitions))
+        for tp in partitions:
+            self._forget((tp.topic, tp.partition))
+        self._rewind_needed = True
+
+    def _forget(self, key: PartitionKey) -> None:
+        self._assigned.pop(key, None)
+        if self._engine is not None:
+            self._engine.revoke(key)
+
+    # -- rows in -----------------------------------------------------------------------
+
+    def _process(self, messages: list[Message]) -> None:
+        now = self._clock()
+        batches: dict[bool, tuple[list[pa.Table], list[MessageRef]]] = {}
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._client_error(error)
+                continue
+            decoded = self._decode(message, now)
+            if decoded is None:
+                continue
+            key = (message.topic() or "", message.partition() or 0)
+            offset = message.offset() or 0
+            engine = self._require_engine()
+            replay = engine.is_replay(key, offset)
+            tables, refs = batches.setdefault(replay, ([], []))
+            tables.append(decoded.table)
+            refs.append(MessageRef(key, offset, decoded.table.num_rows, decoded.max_event_ms))
+            self.counters.rows += decoded.table.num_rows
+        for replay in sorted(batches, reverse=True):  # replayed input comes first
+            tables, refs = batches[replay]
+            frame = pl.DataFrame(pa.concat_tables(tables))
+            late = self._require_engine().add(frame, refs, now, replay=replay)
+            if late is not None:
+                self._late(late)
+
+    def _decode(self, message: Message, now: int) -> DecodedMessage | None:
+        self.counters.messages += 1
+        key = (message.topic() or "", message.partition() or 0)
+        offset = message.offset() or 0
+        assigned = self._assigned.get(key)
+        if assigned is not None and assigned.first_seen is None:
+            assigned.first_seen = offset
+        try:
+            return self._decoder.decode(message.value(), message.headers())
+        except RejectedMessageError as err:
+            self._reject(message, err)
+            if self._engine is not None:
+                self._engine.skip(key, offset, now)
+            return None
+
+    def _require_engine(self) -> WindowEngine:
+        if self._engine is None:
+            self._engine = self._build_engine()
+        return self._engine
+
+    def _build_engine(self) -> WindowEngine:
+        plan = self._decoder.plan
+        assert plan is not None  # noqa: S101 - built after the first decoded message
+        window, processing = self._settings.window, self._settings.processing
+        engine: WindowEngine
+        if window.kind == "count":
+            engine = CountWindowEngine(plan, batches=window.count_batches, rows=window.count_rows,
+                                       idle_timeout_ms=window.idle_timeout_ms,
+                                       merge_every=processing.merge_every_batches)
+        else:
+            assert window.size_ms is not None  # noqa: S101 - checked by the config model
+            spec = WindowSpec(window.size_ms, window.step_ms or window.size_ms)
+            time_dtype = self._decoder.time_dtype()
+            engine = TimeWindowEngine(
+                plan, spec, event_time=window.time == "event", time_dtype=time_dtype,
+                allowed_lateness_ms=window.allowed_lateness_ms,
+                idle_timeout_ms=window.idle_timeout_ms, merge_every=processing.merge_every_batches)
+        now = self._clock()
+        for key, assigned in self._assigned.items():
+            engine.assign(key, assigned.committed, assigned.metadata, now)
+        return engine
+
+    # -- records out -------------------------------------------------------------------
+
+    def _reject(self, message: Message, err: RejectedMessageError) -> None:
+        self.counters.rejected += 1
+        by_reason = self.counters.rejected_by_reason
+        by_reason[err.reason] = by_reason.get(err.reason, 0) + 1
+        log.warning("rejected %s[%s]@%s: %s", message.topic(), message.partition(),
+                    message.offset(), err)
+        dlq = self._settings.output.dlq_topic
+        if dlq:
+            self._pending.append(OutputRecord(dlq, message.key(), message.value(),
+                                              self._dlq_headers(message, err)))
+
+    def _dlq_headers(self, message: Message, err: RejectedMessageError) -> list[tuple[str, bytes]]:
+        _kind, timestamp = message.timestamp()
+        fields = {
+            "arrowagg.dlq.original-topic": message.topic() or "",
+            "arrowagg.dlq.original-partition": str(message.partition()),
+            "arrowagg.dlq.original-offset": str(message.offset()),
+            "arrowagg.dlq.original-timestamp": str(timestamp),
+            "arrowagg.dlq.consumer-group": self._settings.kafka.group_id,
+            "arrowagg.dlq.error-class": err.reason,
+            "arrowagg.dlq.error-message": err.detail[:1000],
+            "arrowagg.dlq.daemon-version": __version__,
+        }
+        return [(k, v.encode()) for k, v in fields.items()]
+
+    def _late(self, late: pl.DataFrame) -> None:
+        self.counters.late_rows += late.height
+        topic = self._settings.output.late_topic
+        if topic:
+            self._pending.append(OutputRecord(topic, None, encode_ipc_stream(late.to_arrow()), []))
+        else:
+            log.warning("%d late rows (no output.late_topic configured)", late.height)
+
+    def _flush_due(self, *, force: bool = False) -> None:
+        if self._engine is None and not self._pending:
+            return
+        now = self._clock()
+        output = self._settings.output
+        closed = self._engine.close_due(now) if self._engine is not None else []
+        for window in closed:
+            for msg in encode_window(window, fmt=output.format, compression=output.compression,
+                                     max_bytes=output.max_message_bytes):
+                self._pending.append(OutputRecord(output.topic, msg.key, msg.value, msg.headers))
+        interval_due = now - self._last_commit_ms >= self._settings.processing.commit_interval_ms
+        if not (closed or self._pending or interval_due or force):
+            return
+        offsets = self._commit_offsets()
+        records, self._pending = self._pending, []
+        try:
+            self._sink.flush(records, offsets, self._consumer)
+        except AbortRequiredError as err:
+            self.counters.aborts += 1
+            log.warning("nothing committed (%s): replaying from the committed offsets", err)
+            self._rewind_needed = True
+            return
+        self.counters.commits += 1
+        self.counters.windows_emitted += len(closed)
+        self._last_commit_ms = now
+        for tp in offsets:
+            assigned = self._assigned.get((tp.topic, tp.partition))
+            if assigned is not None:
+                assigned.committed = tp.offset
+                assigned.metadata = CommitMetadata.decode(tp.metadata)
+        for window in closed:
+            log.info("emitted window [%d, %d): %d groups from %d rows", window.start_ms,
+                     window.end_ms, window.frame.height, window.input_rows)
+
+    def _commit_offsets(self) -> list[TopicPartition]:
+        if self._engine is None:
+            return []
+        return [
+            TopicPartition(topic, partition, point.offset, metadata=point.metadata.encode())
+            for (topic, partition), point in self._engine.commit_points().items()
+        ]
+
+    # -- recovery ----------------------------------------------------------------------
+
+    def _rewind(self) -> None:
+        """Throw away window state; replay every assigned partition from its commit."""
+        self._rewind_needed = False
+        self._pending.clear()
+        assignment = self._consumer.assignment()
+        committed = self._consumer.committed(assignment, timeout=30) if assignment else []
+        for tp in committed:
+            key = (tp.topic, tp.partition)
+            known = self._assigned.setdefault(key, _Assigned(None, None))
+            known.committed = tp.offset if tp.offset >= 0 else None
+            known.metadata = CommitMetadata.decode(tp.metadata)
+            target = known.committed
+            if target is None:
+                target = known.first_seen if known.first_seen is not None else OFFSET_BEGINNING
+            self._consumer.seek(TopicPartition(tp.topic, tp.partition, target))
+        self._engine = self._build_engine() if self._decoder.plan is not None else None
+        log.info("rewound %d partitions to their committed offsets", len(committed))
+
+    def _client_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            raise RuntimeError(f"fatal consumer error: {error.str()}")
+        log.warning("consumer error: %s", error.str())
+
+
+def _names(partitions: list[TopicPartition]) -> str:
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "nothing"

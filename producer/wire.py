@@ -1,0 +1,386 @@
+"""The input wire format: one Kafka message value is one Arrow IPC stream.
+
+This is the only module that knows the format; the workers' publisher and the daemon's
+decoder both import it, so the two sides cannot drift apart. ``docs/wire-format.md`` is
+the prose version of this module.
+
+Decoding treats every value as untrusted: batches are fully validated, declared sizes are
+checked against ``DecodeLimits`` *before* anything is decompressed, and every failure is
+a ``WireFormatError`` with a short, stable ``reason`` code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import pyarrow as pa
+from pyarrow import ipc
+
+CONTENT_TYPE: Final = "application/vnd.apache.arrow.stream"
+HEADER_CONTENT_TYPE: Final = "content-type"
+HEADER_SCHEMA_FINGERPRINT: Final = "arrowagg.schema-fingerprint"
+HEADER_PRODUCER_ID: Final = "arrowagg.producer-id"
+HEADER_SEQUENCE: Final = "arrowagg.sequence"
+HEADER_CHUNK: Final = "arrowagg.chunk"
+
+Compression = Literal["none", "lz4", "zstd"]
+
+_CONTINUATION: Final = b"\xff\xff\xff\xff"
+_FILE_MAGIC: Final = b"ARROW1\x00\x00"
+_MAX_SEQUENCE: Final = (1 << 63) - 1  # consumers keep sequences in int64 columns
+_SEQUENCE_RE: Final = re.compile(rb"[0-9]{1,19}")
+_CHUNK_RE: Final = re.compile(rb"([0-9]{1,9})/([0-9]{1,9})")
+
+
+class WireFormatError(Exception):
+    """A message that is not valid arrowagg input.
+
+    ``reason`` is a short stable code for the dead-letter queue and metrics:
+    ``empty-stream``, ``not-arrow-ipc``, ``invalid-ipc``, ``trailing-bytes``,
+    ``too-many-rows``, ``too-many-bytes`` or ``bad-header``. ``str(err)`` is a one-line
+    explanation for a human.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def schema_fingerprint(schema: pa.Schema) -> str:
+    """A stable 32-hex-digit digest of the field names, types and nullability.
+
+    Schema and field metadata are ignored, so pandas or Polars annotations do not split
+    one logical schema into several fingerprints.
+    """
+    canonical = [[field.name, str(field.type), field.nullable] for field in schema]
+    text = json.dumps(canonical, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def encode_ipc_stream(data: pa.Table | pa.RecordBatch, compression: Compression = "none") -> bytes:
+    """Encode ``data`` as one complete Arrow IPC stream (schema, batches, end-of-stream)."""
+    options = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, data.schema, options=options) as writer:
+        writer.write(data)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def encode_for_size(
+    table: pa.Table, *, max_bytes: int, compression: Compression = "none"
+) -> list[bytes]:
+    """Encode ``table`` as complete IPC streams of at most ``max_bytes`` each.
+
+    The streams hold the table's rows in order and split only between rows; nothing is
+    ever dropped. An empty table gives ``[]``. Raises ``WireFormatError("too-many-bytes")``
+    only when a single row on its own does not fit.
+    """
+    if max_bytes <= 0:
+        raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+    if table.num_rows == 0:
+        return []
+    whole = encode_ipc_stream(table, compression)
+    if len(whole) <= max_bytes:
+        return [whole]
+    overhead = len(encode_ipc_stream(table.slice(0, 0), compression))
+    rows = _rows_that_fit(table.num_rows, len(whole), max_bytes, overhead)
+    streams: list[bytes] = []
+    offset = 0
+    while offset < table.num_rows:
+        piece = _compact_views(table.slice(offset, rows))
+        encoded = encode_ipc_stream(piece, compression)
+        if len(encoded) <= max_bytes:
+            streams.append(encoded)
+            offset += piece.num_rows
+        elif piece.num_rows == 1:
+            raise WireFormatError(
+                "too-many-bytes",
+                f"row {offset} alone encodes to {len(encoded)} bytes, more than the "
+                f"{max_bytes} allowed per message; raise the message size limit",
+            )
+        else:
+            rows = _rows_that_fit(piece.num_rows, len(encoded), max_bytes, overhead)
+    return streams
+
+
+_VIEW_TO_PLAIN: Final = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
+
+
+def _compact_views(table: pa.Table) -> pa.Table:
+    """Copy the rows of top-level view columns out of the buffers they share.
+
+    The IPC writer trims the buffers of a sliced string or list column but writes the
+    data buffers of a sliced view column whole, so without this every chunk would weigh
+    as much as the entire column and no split could ever fit.
+    """
+    for index, field in enumerate(table.schema):
+        plain = _VIEW_TO_PLAIN.get(field.type)
+        if plain is not None:
+            column = table.column(index).cast(plain).cast(field.type)
+            table = table.set_column(index, field, column)
+    return table
+
+
+def _rows_that_fit(rows: int, encoded_bytes: int, max_bytes: int, overhead: int) -> int:
+    """Estimate how many of ``rows`` fit, strictly fewer than ``rows`` so splitting ends."""
+    per_row = max(encoded_bytes - overhead, 1) / rows
+    # 10% slack because rows are not all the same size and compression is not linear.
+    estimate = int(0.9 * max(max_bytes - overhead, 0) / per_row)
+    return max(1, min(rows // 2 if estimate >= rows else estimate, rows - 1))
+
+
+def message_headers(
+    *, fingerprint: str, producer_id: str, sequence: int, chunk: tuple[int, int] | None = None
+) -> list[tuple[str, bytes]]:
+    """The Kafka headers of one input message; ``chunk`` is ``(i, n)``, 1-based: ``1 <= i <= n``."""
+    if not 0 <= sequence <= _MAX_SEQUENCE:
+        raise ValueError(f"sequence must be in [0, 2**63), got {sequence}")
+    headers = [
+        (HEADER_CONTENT_TYPE, CONTENT_TYPE.encode()),
+        (HEADER_SCHEMA_FINGERPRINT, fingerprint.encode()),
+        (HEADER_PRODUCER_ID, producer_id.encode()),
+        (HEADER_SEQUENCE, str(sequence).encode()),
+    ]
+    if chunk is not None:
+        index, count = chunk
+        if not 1 <= index <= count:
+            raise ValueError(f"chunk must be (i, n) with 1 <= i <= n, got {chunk}")
+        headers.append((HEADER_CHUNK, f"{index}/{count}".encode()))
+    return headers
+
+
+@dataclass(frozen=True)
+class WireHeaders:
+    """What an input message's headers say; ``None`` wherever a header is absent."""
+
+    content_type: str | None
+    schema_fingerprint: str | None
+    producer_id: str | None
+    sequence: int | None
+    chunk: tuple[int, int] | None
+
+
+def parse_headers(headers: Sequence[tuple[str, bytes | str | None]] | None) -> WireHeaders:
+    """Read the arrowagg headers of an input message.
+
+    Lenient about absence (plain pyarrow workers send no headers at all) and about key
+    case; the last occurrence of a repeated key wins. Raises
+    ``WireFormatError("bad-header")`` when a header is present but malformed, or when the
+    content type is set to anything but an Arrow IPC stream.
+    """
+    found: dict[str, bytes] = {}
+    for key, value in headers or ():
+        if value is not None:
+            found[key.lower()] = value.encode() if isinstance(value, str) else value
+    content_type = _text_header(found, HEADER_CONTENT_TYPE)
+    if content_type is not None:
+        media_type = content_type.split(";", 1)[0].strip().lower()
+        if media_type != CONTENT_TYPE:
+            raise WireFormatError(
+                "bad-header", f"content-type is {content_type!r}, expected {CONTENT_TYPE!r}"
+            )
+    return WireHeaders(
+        content_type=content_type,
+        schema_fingerprint=_text_header(found, HEADER_SCHEMA_FINGERPRINT),
+        producer_id=_text_header(found, HEADER_PRODUCER_ID),
+        sequence=_sequence_header(found.get(HEADER_SEQUENCE)),
+        chunk=_chunk_header(found.get(HEADER_CHUNK)),
+    )
+
+
+def _text_header(found: dict[str, bytes], key: str) -> str | None:
+    raw = found.get(key)
+    if raw is None:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise WireFormatError("bad-header", f"{key} is not valid UTF-8: {raw[:40]!r}") from None
+
+
+def _sequence_header(raw: bytes | None) -> int | None:
+    if raw is None:
+        return None
+    if not _SEQUENCE_RE.fullmatch(raw) or int(raw) > _MAX_SEQUENCE:
+        raise WireFormatError(
+            "bad-header", f"{HEADER_SEQUENCE} must be a decimal in [0, 2**63), got {raw[:40]!r}"
+        )
+    return int(raw)
+
+
+def _chunk_header(raw: bytes | None) -> tuple[int, int] | None:
+    if raw is None:
+        return None
+    match = _CHUNK_RE.fullmatch(raw)
+    if match is None or not 1 <= int(match[1]) <= int(match[2]):
+        raise WireFormatError(
+            "bad-header", f"{HEADER_CHUNK} must be 'i/n' with 1 <= i <= n, got {raw[:40]!r}"
+        )
+    return int(match[1]), int(match[2])
+
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    """Per-message ceilings on what one decoded value may hold."""
+
+    max_rows: int = 10_000_000
+    max_decoded_bytes: int = 1 << 30
+
+
+DEFAULT_DECODE_LIMITS: Final = DecodeLimits()
+
+
+def decode_ipc_stream(
+    value: bytes | None, limits: DecodeLimits = DEFAULT_DECODE_LIMITS
+) -> pa.Table:
+    """Decode one untrusted message value into a Table; anything wrong is a WireFormatError.
+
+    Accepts any Arrow IPC stream, compressed or not, with or without its end-of-stream
+    marker, and also an Arrow IPC file (Feather v2), whose embedded stream is read. A
+    stream with a schema and no rows gives an empty table of that schema.
+    """
+    if not value:
+        raise WireFormatError(
+            "empty-stream", "the message has no value; expected an Arrow IPC stream"
+        )
+    is_file = value.startswith(_FILE_MAGIC)
+    stream = memoryview(value)[len(_FILE_MAGIC) :] if is_file else memoryview(value)
+    looks_like_ipc = is_file or value.startswith(_CONTINUATION)
+    try:
+        _check_declared_sizes(stream, limits)
+        return _read_validated(stream, limits, allow_trailing=is_file)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        reason = "invalid-ipc" if looks_like_ipc else "not-arrow-ipc"
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise WireFormatError(reason, detail[:300]) from exc
+
+
+def _read_validated(stream: memoryview, limits: DecodeLimits, *, allow_trailing: bool) -> pa.Table:
+    source = pa.BufferReader(pa.py_buffer(stream))
+    reader = ipc.open_stream(source)
+    batches: list[pa.RecordBatch] = []
+    rows = decoded_bytes = 0
+    for batch in reader:
+        # A plain read checks little; full validation catches bad offsets and invalid
+        # UTF-8 before Polars or a compute kernel trips over them.
+        batch.validate(full=True)
+        rows += batch.num_rows
+        decoded_bytes += batch.get_total_buffer_size()
+        _enforce(limits, rows, decoded_bytes)
+        batches.append(batch)
+    trailing = len(stream) - source.tell()
+    if trailing and not allow_trailing:
+        raise WireFormatError(
+            "trailing-bytes",
+            f"{trailing} bytes follow the end-of-stream marker; send one stream per message",
+        )
+    return pa.Table.from_batches(batches, schema=reader.schema)
+
+
+def _enforce(limits: DecodeLimits, rows: int, decoded_bytes: int) -> None:
+    if rows > limits.max_rows:
+        raise WireFormatError(
+            "too-many-rows",
+            f"more than {limits.max_rows} rows in one message; send smaller batches",
+        )
+    if decoded_bytes > limits.max_decoded_bytes:
+        raise WireFormatError(
+            "too-many-bytes",
+            f"more than {limits.max_decoded_bytes} decoded bytes in one message; "
+            "send smaller batches",
+        )
+
+
+# --- declared sizes, read from the IPC flatbuffer metadata without decoding bodies ---
+#
+# A compressed body can expand a thousandfold, and pyarrow allocates whatever a buffer's
+# length prefix declares. Summing the declared sizes first stops a decompression bomb
+# before it costs memory. Field slots follow Arrow's Message.fbs and Schema.fbs.
+
+_HEADER_DICTIONARY_BATCH: Final = 2
+_HEADER_RECORD_BATCH: Final = 3
+_UNCOMPRESSED_PREFIX: Final = -1
+
+
+def _check_declared_sizes(stream: memoryview, limits: DecodeLimits) -> None:
+    rows = decoded_bytes = 0
+    for header_type, batch_rows, body_bytes in _declared_batches(stream):
+        if header_type == _HEADER_RECORD_BATCH:
+            rows += batch_rows
+        decoded_bytes += body_bytes
+        _enforce(limits, rows, decoded_bytes)
+
+
+def _declared_batches(stream: memoryview) -> Iterator[tuple[int, int, int]]:
+    """Yield ``(header type, rows, decoded body bytes)`` for each batch message."""
+    for message in ipc.MessageReader.open_stream(pa.BufferReader(pa.py_buffer(stream))):
+        if message.type not in ("record batch", "dictionary batch"):
+            continue
+        meta = memoryview(message.metadata)
+        root = _deref(meta, 0)
+        header_type = _read("<B", meta, _field(meta, root, 1))
+        batch = _deref(meta, _field(meta, root, 2))
+        if header_type == _HEADER_DICTIONARY_BATCH:
+            batch = _deref(meta, _field(meta, batch, 1))
+        length = _optional_field(meta, batch, 0)
+        rows = 0 if length is None else _read("<q", meta, length)
+        body = memoryview(b"" if message.body is None else message.body)
+        yield header_type, rows, _body_bytes(meta, batch, body)
+
+
+def _body_bytes(meta: memoryview, batch: int, body: memoryview) -> int:
+    compressed = _optional_field(meta, batch, 3) is not None
+    total = 0
+    for offset, length in _buffers(meta, batch):
+        if not compressed or length == 0:
+            total += length
+            continue
+        declared = _read("<q", body, offset)
+        if declared < _UNCOMPRESSED_PREFIX or length < 8:
+            raise ValueError(f"malformed compressed buffer at body offset {offset}")
+        total += length - 8 if declared == _UNCOMPRESSED_PREFIX else declared
+    return total
+
+
+def _buffers(meta: memoryview, batch: int) -> Iterator[tuple[int, int]]:
+    position = _optional_field(meta, batch, 2)
+    if position is None:
+        return
+    vector = _deref(meta, position)
+    for index in range(_read("<I", meta, vector)):
+        element = vector + 4 + 16 * index
+        yield _read("<q", meta, element), _read("<q", meta, element + 8)
+
+
+def _deref(meta: memoryview, position: int) -> int:
+    return position + _read("<I", meta, position)
+
+
+def _field(meta: memoryview, table: int, slot: int) -> int:
+    position = _optional_field(meta, table, slot)
+    if position is None:
+        raise ValueError(f"IPC metadata table lacks required field {slot}")
+    return position
+
+
+def _optional_field(meta: memoryview, table: int, slot: int) -> int | None:
+    """The position of field ``slot`` of the flatbuffer table at ``table``, if present."""
+    vtable = table - _read("<i", meta, table)
+    if 4 + 2 * slot + 2 > _read("<H", meta, vtable):
+        return None
+    relative = _read("<H", meta, vtable + 4 + 2 * slot)
+    return table + relative if relative else None
+
+
+def _read(fmt: str, data: memoryview, position: int) -> int:
+    """One little-endian integer at ``position``; out of range is an error, not a wrap."""
+    if position < 0 or position + struct.calcsize(fmt) > len(data):
+        raise ValueError(f"IPC metadata points outside its {len(data)} bytes")
+    (value,) = struct.unpack_from(fmt, data, position)
+    return int(value)

@@ -1,0 +1,89 @@
+"""Helpers for running the real daemon against the real broker inside a test."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
+
+from consumer.config import Settings, settings_from_dict
+from consumer.processor import StreamProcessor
+from producer.wire import encode_ipc_stream, message_headers, schema_fingerprint
+
+
+def daemon_settings(bootstrap: str, input_topic: str, output_topic: str,
+                    **sections: dict[str, Any]) -> Settings:
+    data: dict[str, Any] = {
+        "kafka": {"bootstrap_servers": bootstrap, "group_id": f"g-{uuid.uuid4().hex[:10]}"},
+        "input": {"topics": [input_topic]},
+        "output": {"topic": output_topic},
+        "processing": {"instance_id": f"i-{uuid.uuid4().hex[:10]}",
+                       "poll_timeout_ms": 100, "commit_interval_ms": 300},
+    }
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    return settings_from_dict(data)
+
+
+class RunningDaemon:
+    def __init__(self, processor: StreamProcessor, thread: threading.Thread) -> None:
+        self.processor = processor
+        self.thread = thread
+        self.error: BaseException | None = None
+
+
+@contextmanager
+def running_daemon(settings: Settings) -> Iterator[RunningDaemon]:
+    """Run StreamProcessor in a thread; stop it and re-raise its error on exit."""
+    processor = StreamProcessor(settings)
+    daemon = RunningDaemon(processor, threading.Thread())
+
+    def target() -> None:
+        try:
+            processor.run()
+        except BaseException as err:  # noqa: BLE001 - handed to the test thread
+            daemon.error = err
+
+    daemon.thread = threading.Thread(target=target, name="arrowagg-daemon", daemon=True)
+    daemon.thread.start()
+    try:
+        yield daemon
+    finally:
+        processor.request_stop()
+        daemon.thread.join(60)
+        assert not daemon.thread.is_alive(), "the daemon did not stop within 60s"
+    if daemon.error is not None:
+        raise daemon.error
+
+
+def publish_tables(bootstrap: str, topic: str, tables: list[tuple[int, pa.Table]],
+                   producer_id: str = "test") -> None:
+    """Publish (partition, table) pairs as wire-format messages; fail on any delivery error."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5})
+    errors: list[object] = []
+    for sequence, (partition, table) in enumerate(tables):
+        headers = message_headers(fingerprint=schema_fingerprint(table.schema),
+                                  producer_id=producer_id, sequence=sequence)
+        producer.produce(topic, encode_ipc_stream(table, "zstd"), partition=partition,
+                         headers=list(headers),
+                         on_delivery=lambda err, _m: errors.append(err) if err else None)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert errors == []
+
+
+def wait_for(condition: Callable[[], bool], *, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout_s}s waiting for {what}")

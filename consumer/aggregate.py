@@ -6,9 +6,9 @@ are SQL's (DuckDB, DataFusion): aggregates ignore nulls, the sum or mean of no n
 value is null, count counts non-null values, null keys form their own group, and
 first/last take the first/last value (null or not) in arrival order.
 
-Arrival order survives because Polars keeps row order within each group, in-memory and
-streaming alike, and ``pl.concat`` keeps the order of its inputs: a merged state's
-``first`` is the first partial's first.
+Arrival order survives because Polars keeps row order within each group (documented for
+``group_by``; the tests check it through a streaming merge too) and ``pl.concat`` keeps
+the order of its inputs: a merged state's ``first`` is the first partial's first.
 """
 
 from __future__ import annotations
@@ -167,7 +167,8 @@ def _finalize_expr(func: AggFunc, parts: list[_StatePart]) -> pl.Expr:
 
 
 def _sum_dtype(column: str, dtype: pl.DataType) -> pl.DataType:
-    # Widen before summing: Polars sums UInt32 as UInt32 and Float32 as Float32.
+    # Widen before summing: Polars sums UInt32 as UInt32 and Float32 as Float32. An Int64
+    # sum that overflows wraps (Polars' behaviour; DuckDB would widen to HUGEINT).
     if dtype.is_signed_integer():
         return pl.Int64()
     if dtype.is_unsigned_integer():

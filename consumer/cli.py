@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit per 
             return _explain(settings, args.sample)
         return _run(settings)
     except ConfigError as err:
-        print(f"consumer: bad configuration:\n{err}", file=sys.stderr)
+        for line in str(err).splitlines():
+            print(f"consumer: bad configuration: {line}", file=sys.stderr)
         return EXIT_USAGE
     except (PlanError, UnreadableFileError, WireFormatError) as err:
         print(f"consumer: {err}", file=sys.stderr)

@@ -112,7 +112,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     input: InputSettings
     output: OutputSettings
-    window: WindowSettings = Field(default_factory=WindowSettings)
+    window: WindowSettings
     aggregation: AggregationSettings = Field(default_factory=AggregationSettings)
     processing: ProcessingSettings = Field(default_factory=ProcessingSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)

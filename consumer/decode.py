@@ -107,7 +107,11 @@ class Decoder:
         if column.null_count:
             raise RejectedMessageError(
                 "null-event-time", f"{column.null_count} rows have no {name!r}")
-        raw = int(pc.max(column.cast(pa.int64())).as_py())
+        try:
+            raw = int(pc.max(column.cast(pa.int64())).as_py())
+        except pa.ArrowInvalid as err:
+            raise RejectedMessageError(
+                "invalid-event-time", f"{name!r} does not fit epoch milliseconds: {err}") from err
         if not pa.types.is_timestamp(column.type):
             return raw  # integer epoch milliseconds
         per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[column.type.unit]

@@ -81,7 +81,8 @@ class TimeWindowEngine:
 
     def assign(self, partition: PartitionKey, committed: int | None,
                metadata: CommitMetadata | None, now_ms: int) -> None:
-        self._offsets.assign(partition, committed)
+        self._offsets.assign(partition, committed,
+                             metadata.position if metadata is not None else None)
         restored_max = None
         if metadata is not None:
             if metadata.frontier is not None:

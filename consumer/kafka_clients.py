@@ -68,7 +68,7 @@ def producer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dic
     return {**config, **kafka.producer}
 
 
-def check_topics(kafka: KafkaSettings, topics: list[str], *, timeout_s: float = 10.0) -> None:
+def check_topics(kafka: KafkaSettings, topics: list[str], *, timeout_s: float = 5.0) -> None:
     """Fail fast, with one line, when the broker does not answer or a topic is missing."""
     admin = AdminClient({**_common(kafka), **_admin_keys(kafka)})
     try:

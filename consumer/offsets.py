@@ -47,7 +47,7 @@ class CommitMetadata:
                 return None
             return cls(_opt_int(data["frontier"]), int(data["position"]),
                        _opt_int(data["max_event_ms"]))
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return None
 
 
@@ -66,21 +66,27 @@ class OffsetTracker:
 
     def __init__(self) -> None:
         self._pending: dict[PartitionKey, deque[tuple[int, int]]] = {}
-        self._position: dict[PartitionKey, int | None] = {}
+        self._next: dict[PartitionKey, int | None] = {}  # next offset to consume
+        self._reached: dict[PartitionKey, int] = {}  # furthest position ever consumed
 
-    def assign(self, partition: PartitionKey, position: int | None) -> None:
-        """``position`` is the committed offset, or None when the group has none yet."""
+    def assign(self, partition: PartitionKey, committed: int | None,
+               reached: int | None = None) -> None:
+        """``committed`` is the committed offset (None when the group has none yet);
+        ``reached`` the position an earlier run had consumed to (from CommitMetadata)."""
         self._pending[partition] = deque()
-        self._position[partition] = position
+        self._next[partition] = committed
+        self._reached[partition] = max(reached or 0, committed or 0)
 
     def revoke(self, partition: PartitionKey) -> None:
         self._pending.pop(partition, None)
-        self._position.pop(partition, None)
+        self._next.pop(partition, None)
+        self._reached.pop(partition, None)
 
     def record(self, partition: PartitionKey, offset: int, last_window_end: int) -> None:
         """``last_window_end`` is the end of the last window the message's rows went to."""
         self._pending.setdefault(partition, deque()).append((offset, last_window_end))
-        self._position[partition] = offset + 1
+        self._next[partition] = offset + 1
+        self._reached[partition] = max(self._reached.get(partition, 0), offset + 1)
 
     def commit_points(
         self, frontier: int | None, max_event_ms: dict[PartitionKey, int | None]
@@ -91,13 +97,16 @@ class OffsetTracker:
             done_through = NO_WINDOW if frontier is None else frontier
             while queue and queue[0][1] <= done_through:
                 queue.popleft()
-            position = self._position[partition]
-            if position is None:
+            next_offset = self._next[partition]
+            if next_offset is None:
                 continue  # nothing consumed and nothing committed: nothing to say
-            offset = queue[0][0] if queue else position
-            meta = CommitMetadata(frontier, position, max_event_ms.get(partition))
+            offset = queue[0][0] if queue else next_offset
+            # A replay that commits before it catches up must keep the earlier reach, or
+            # a second crash would mistake already-emitted rows for new late ones.
+            reached = max(self._reached[partition], next_offset)
+            meta = CommitMetadata(frontier, reached, max_event_ms.get(partition))
             points[partition] = CommitPoint(offset, meta)
         return points
 
     def partitions(self) -> list[PartitionKey]:
-        return list(self._position)
+        return list(self._next)

@@ -64,7 +64,8 @@ class AggregationPlan:
         lines = []
         if self.time_column is not None:
             lines.append(f"time column: {self.time_column!r} (assigns windows; never a key)")
-        lines.append(f"keys ({len(self.keys)}):" if self.keys else "keys: none (one group)")
+        no_keys = "keys: none (one group per window)"
+        lines.append(f"keys ({len(self.keys)}):" if self.keys else no_keys)
         lines += [f"  {name!r}: {why.get(name, 'configured key')}" for name in self.keys]
         lines.append(f"aggregates ({len(self.aggregates)}):")
         lines += [

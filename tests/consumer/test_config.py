@@ -1,0 +1,281 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from consumer.config import ConfigError, Settings, load_settings, settings_from_dict
+
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "config.yaml"
+
+
+def minimal(**sections: Any) -> dict[str, Any]:
+    """The smallest valid document, with ``sections`` replacing or adding sections."""
+    base: dict[str, Any] = {
+        "input": {"topics": ["in"]},
+        "output": {"topic": "out"},
+        "window": {"size_ms": 1_000, "timestamp_column": "ts"},
+    }
+    return {**base, **sections}
+
+
+def config_error(data: dict[str, Any]) -> str:
+    with pytest.raises(ConfigError) as info:
+        settings_from_dict(data, source="config.yaml")
+    return str(info.value)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests set their own overrides; the ambient environment must not leak in."""
+    for name in list(os.environ):
+        if name.startswith("ARROWAGG_") or name == "KAFKA_BOOTSTRAP_SERVERS":
+            monkeypatch.delenv(name)
+
+
+# -- the example file -------------------------------------------------------------------
+
+
+def test_example_config_loads() -> None:
+    settings = load_settings(EXAMPLE_CONFIG)
+    assert settings.input.topics == ["sensors"]
+    assert settings.output.topic == "sensors-agg"
+    assert settings.output.format == "arrow"
+    assert settings.output.compression == "zstd"
+    assert settings.window.kind == "tumbling"
+    assert settings.window.time == "event"
+    assert settings.window.timestamp_column == "ts"
+    assert settings.window.size_ms == 5_000
+    assert settings.window.allowed_lateness_ms == 1_000
+    assert settings.aggregation.keys is None
+    assert settings.processing.guarantee == "exactly_once"
+    assert settings.kafka.consumer == {}
+
+
+def test_minimal_document_fills_defaults() -> None:
+    settings = settings_from_dict(minimal())
+    assert settings.kafka.group_id == "arrowagg"
+    assert settings.window.step_ms is None
+    assert settings.window.allowed_lateness_ms == 0
+    assert settings.processing.merge_every_batches == 8
+    assert settings.logging.level == "INFO"
+
+
+def test_librdkafka_keys_pass_through_untouched() -> None:
+    raw = {"fetch.max.bytes": 1 << 20, "enable.idempotence": True, "linger.ms": 5.5,
+           "compression.type": "zstd"}
+    settings = settings_from_dict(minimal(kafka={"consumer": raw, "producer": raw}))
+    assert settings.kafka.consumer == raw
+    assert settings.kafka.producer == raw
+
+
+# -- unknown keys ------------------------------------------------------------------------
+
+
+def test_unknown_key_in_a_section_is_named() -> None:
+    message = config_error(minimal(window={"sizee_ms": 5_000, "size_ms": 1,
+                                           "timestamp_column": "ts"}))
+    assert "window.sizee_ms: unknown key" in message
+    assert message.startswith("config.yaml: ")
+    assert "\n" not in message
+
+
+def test_unknown_section_is_named() -> None:
+    message = config_error(minimal(windows={"size_ms": 5_000}))
+    assert message == "config.yaml: windows: unknown key (check its spelling and section)"
+
+
+def test_unknown_key_in_the_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "arrowagg.yaml"
+    path.write_text(
+        "input: {topics: [a]}\noutput: {topic: b, formatt: json}\n"
+        "window: {size_ms: 10, timestamp_column: ts}\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert str(info.value) == (
+        f"{path}: output.formatt: unknown key (check its spelling and section)"
+    )
+
+
+def test_every_problem_gets_its_own_line() -> None:
+    message = config_error(minimal(output={"topic": "out", "formatt": "json"},
+                                   logging={"levle": "INFO"}))
+    lines = message.splitlines()
+    assert len(lines) == 2
+    assert any("output.formatt: unknown key" in line for line in lines)
+    assert any("logging.levle: unknown key" in line for line in lines)
+
+
+def test_invalid_choice_names_the_key() -> None:
+    message = config_error(minimal(output={"topic": "out", "format": "xml"}))
+    assert message.startswith("config.yaml: output.format: ")
+    assert "\n" not in message
+
+
+# -- window consistency ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [
+        ({"kind": "tumbling", "timestamp_column": "ts"}, "tumbling windows need size_ms"),
+        ({"kind": "hopping", "timestamp_column": "ts"}, "hopping windows need size_ms"),
+        ({"kind": "hopping", "size_ms": 1_000, "timestamp_column": "ts"},
+         "hopping windows need step_ms, at most size_ms"),
+        ({"kind": "hopping", "size_ms": 1_000, "step_ms": 1_001, "timestamp_column": "ts"},
+         "hopping windows need step_ms, at most size_ms"),
+        ({"kind": "tumbling", "size_ms": 1_000}, "event-time windows need timestamp_column"),
+        ({"kind": "tumbling", "size_ms": 1_000, "timestamp_column": ""},
+         "event-time windows need timestamp_column"),
+        ({"kind": "count"}, "count windows need count_batches or count_rows"),
+    ],
+)
+def test_inconsistent_window_is_rejected(window: dict[str, Any], expected: str) -> None:
+    assert config_error(minimal(window=window)) == f"config.yaml: window: {expected}"
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        {"kind": "tumbling", "size_ms": 1_000, "timestamp_column": "ts"},
+        {"kind": "tumbling", "time": "processing", "size_ms": 1_000},
+        {"kind": "hopping", "size_ms": 1_000, "step_ms": 1_000, "timestamp_column": "ts"},
+        {"kind": "hopping", "size_ms": 1_000, "step_ms": 250, "timestamp_column": "ts"},
+        {"kind": "count", "count_batches": 10},
+        {"kind": "count", "count_rows": 10_000},
+    ],
+)
+def test_consistent_window_is_accepted(window: dict[str, Any]) -> None:
+    settings = settings_from_dict(minimal(window=window))
+    assert settings.window.kind == window["kind"]
+
+
+def test_missing_window_section_names_the_window_section() -> None:
+    # There is no sensible default window (a size has to be chosen): the section is
+    # required, and the message names it.
+    data = minimal()
+    del data["window"]
+    with pytest.raises(ConfigError) as info:
+        settings_from_dict(data, source="config.yaml")
+    assert str(info.value) == "config.yaml: window: Field required"
+
+
+@pytest.mark.parametrize(
+    ("window", "key"),
+    [
+        ({"size_ms": 0, "timestamp_column": "ts"}, "window.size_ms"),
+        ({"size_ms": 10, "timestamp_column": "ts", "allowed_lateness_ms": -1},
+         "window.allowed_lateness_ms"),
+        ({"size_ms": 10, "timestamp_column": "ts", "idle_timeout_ms": 0},
+         "window.idle_timeout_ms"),
+    ],
+)
+def test_out_of_range_window_value_names_the_key(window: dict[str, Any], key: str) -> None:
+    assert config_error(minimal(window=window)).startswith(f"config.yaml: {key}: ")
+
+
+def test_input_needs_a_topic() -> None:
+    assert config_error(minimal(input={"topics": []})).startswith("config.yaml: input.topics: ")
+
+
+# -- environment overrides ---------------------------------------------------------------
+
+
+def test_kafka_bootstrap_servers_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "broker-a:19092,broker-b:19092")
+    settings = load_settings(EXAMPLE_CONFIG)
+    assert settings.kafka.bootstrap_servers == "broker-a:19092,broker-b:19092"
+    assert settings.kafka.group_id == "arrowagg"  # the rest of the section is kept
+
+
+def test_kafka_bootstrap_servers_without_a_kafka_section(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "broker-c:9092")
+    assert settings_from_dict(minimal()).kafka.bootstrap_servers == "broker-c:9092"
+
+
+def test_prefixed_env_overrides_a_nested_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARROWAGG_KAFKA__GROUP_ID", "group-from-env")
+    monkeypatch.setenv("ARROWAGG_WINDOW__SIZE_MS", "777")
+    settings = load_settings(EXAMPLE_CONFIG)
+    assert settings.kafka.group_id == "group-from-env"
+    assert settings.window.size_ms == 777
+    # Overriding one key keeps the file's other keys of the same section.
+    assert settings.kafka.client_id == "arrowagg"
+    assert settings.window.timestamp_column == "ts"
+    assert settings.window.allowed_lateness_ms == 1_000
+
+
+def test_invalid_env_override_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARROWAGG_WINDOW__SIZE_MS", "-5")
+    with pytest.raises(ConfigError, match=r"window\.size_ms: "):
+        load_settings(EXAMPLE_CONFIG)
+
+
+def test_without_env_the_file_wins() -> None:
+    settings = load_settings(EXAMPLE_CONFIG)
+    assert settings.kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert settings.kafka.group_id == "arrowagg"
+
+
+# -- immutability ------------------------------------------------------------------------
+
+
+def test_settings_are_frozen() -> None:
+    settings = settings_from_dict(minimal())
+    with pytest.raises(ValidationError, match="frozen"):
+        settings.window.size_ms = 2
+    with pytest.raises(ValidationError, match="frozen"):
+        settings.kafka.group_id = "other"
+    with pytest.raises(ValidationError, match="frozen"):
+        settings.output = settings.output
+    assert settings.window.size_ms == 1_000
+
+
+def test_settings_are_hashable_and_compare_by_value() -> None:
+    first, second = settings_from_dict(minimal()), settings_from_dict(minimal())
+    assert first.window == second.window
+    assert hash(first.window) == hash(second.window)
+    assert isinstance(first, Settings)
+
+
+# -- unreadable files --------------------------------------------------------------------
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: cannot read the config file")
+    assert "\n" not in message
+
+
+def test_bad_yaml_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("input:\n  topics: [a, b\noutput: {topic: x}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: not valid YAML (")
+    assert "\n" not in message
+
+
+def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "list.yaml"
+    path.write_text("- input\n- output\n")
+    with pytest.raises(ConfigError, match="the top level must be a mapping of sections"):
+        load_settings(path)
+
+
+def test_empty_file_reports_the_missing_sections(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert f"{path}: input: " in message
+    assert f"{path}: output: " in message

@@ -103,6 +103,9 @@ class StreamProcessor:
     def open_windows(self) -> int:
         return 0 if self._engine is None else self._engine.open_window_count()
 
+    def has_pending_output(self) -> bool:
+        return bool(self._pending)
+
     def request_stop(self) -> None:
         self._stop = True
 

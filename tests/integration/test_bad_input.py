@@ -1,0 +1,92 @@
+"""Bad input through Apache Kafka: rejected messages land in the DLQ with their reason and
+origin, late rows in the late topic, and the good rows' aggregates are unaffected."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from tests.conftest import TopicFactory
+from tests.integration.conftest import daemon_settings, publish_tables, running_daemon, wait_for
+from tests.integration.test_pipeline import T0, output_frame, sensor_table
+
+pytestmark = pytest.mark.integration
+
+
+Record = tuple[bytes | None, dict[str, bytes]]
+
+
+def read_all(bootstrap: str, topic: str, expected: int) -> list[Record]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{topic}",
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    out: list[Record] = []
+    try:
+        for _ in range(60):
+            for msg in consumer.consume(100, 0.5):
+                if msg.error() is None:
+                    raw = msg.headers()
+                    pairs = raw.items() if isinstance(raw, dict) else raw or []
+                    headers = {k: v for k, v in pairs if isinstance(v, bytes)}
+                    out.append((msg.value(), headers))
+            if len(out) >= expected:
+                break
+    finally:
+        consumer.close()
+    return out
+
+
+def test_poison_messages_go_to_the_dlq_and_late_rows_to_the_late_topic(
+    bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    source, sink = topic_factory("in"), topic_factory("out")
+    dlq, late = topic_factory("dlq"), topic_factory("late")
+    rng = random.Random(3)
+    good = [(0, sensor_table(rng, 50, T0 + i * 100, 100)) for i in range(30)]
+    settings = daemon_settings(
+        bootstrap, source, sink, output={"dlq_topic": dlq, "late_topic": late},
+        window={"kind": "tumbling", "time": "event", "timestamp_column": "ts",
+                "size_ms": 1000, "idle_timeout_ms": 1500})
+    poison = [b"not arrow", b"", b"\xff" * 64, b"ARROW1\x00\x00garbage"]
+    late_table = sensor_table(rng, 7, T0, 10)  # window [T0, T0+1000) is long closed
+    with running_daemon(settings) as daemon:
+        publish_tables(bootstrap, source, good[:15])
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for value in poison:
+            producer.produce(source, value, partition=0)
+        assert producer.flush(10) == 0
+        publish_tables(bootstrap, source, good[15:])
+        wait_for(lambda: daemon.processor.counters.rows == 30 * 50, timeout_s=30,
+                 what="every good row")
+        wait_for(lambda: daemon.processor.open_windows() == 0, timeout_s=30,
+                 what="every window closed")
+        publish_tables(bootstrap, source, [(0, late_table)], producer_id="late")
+        wait_for(lambda: daemon.processor.counters.late_rows == 7, timeout_s=30,
+                 what="the late rows")
+        wait_for(lambda: daemon.processor.counters.commits > 0
+                 and not daemon.processor.has_pending_output(), timeout_s=10,
+                 what="the late rows committed")
+    assert daemon.processor.counters.rejected == len(poison)
+    dead = read_all(bootstrap, dlq, len(poison))
+    assert sorted(v or b"" for v, _ in dead) == sorted(poison)
+    for _value, headers in dead:
+        assert headers["arrowagg.dlq.original-topic"] == source.encode()
+        assert headers["arrowagg.dlq.original-partition"] == b"0"
+        assert int(headers["arrowagg.dlq.original-offset"]) >= 15
+        assert headers["arrowagg.dlq.error-class"]
+        assert headers["arrowagg.dlq.error-message"]
+        assert headers["arrowagg.dlq.consumer-group"] == settings.kafka.group_id.encode()
+    late_values = read_all(bootstrap, late, 1)
+    late_rows = pa.concat_tables([pa.ipc.open_stream(v).read_all() for v, _ in late_values])
+    assert late_rows.num_rows == 7
+    assert sorted(late_rows["reading_sum"].to_pylist()) == sorted(
+        late_table["reading_sum"].to_pylist())
+    got, _ = output_frame(bootstrap, sink)
+    good_rows = pa.concat_tables([t for _, t in good])
+    assert int(got["row_count"].sum()) == good_rows.num_rows
+    assert float(got["reading_sum"].sum()) == pytest.approx(
+        pc.sum(good_rows["reading_sum"]).as_py(), rel=1e-9)

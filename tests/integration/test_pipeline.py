@@ -93,12 +93,12 @@ def test_event_time_windows_equal_the_reference(
     with running_daemon(settings) as daemon:
         publish_tables(bootstrap, source, data[: len(data) // 2], producer_id="w1")
         publish_tables(bootstrap, source, data[len(data) // 2 :], producer_id="w2")
-        published_at = time.monotonic()
         wait_for(lambda: daemon.processor.counters.rows == total_rows, timeout_s=60,
                  what="the daemon to consume every row")
+        input_stopped = time.monotonic()
         wait_for(lambda: daemon.processor.open_windows() == 0, timeout_s=30,
                  what="every window to close")
-        closed_after_s = time.monotonic() - published_at
+        closed_after_s = time.monotonic() - input_stopped
     got, starts = output_frame(bootstrap, sink)
     expected = reference([t for _, t in data], size_ms)
 
@@ -111,6 +111,7 @@ def test_event_time_windows_equal_the_reference(
     assert_frame_equal(got.drop("window_end").sort(["window_start", *KEYS]), expected,
                        check_exact=False, rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)
     assert (got["window_end"].dt.epoch("ms") - got["window_start"] == size_ms).all()
-    # Idle close: once input stops the last windows come out within idle_timeout + one
-    # window (plus the time it took to consume what was published).
-    assert closed_after_s < 1.5 + 0.5 + 20
+    # Idle close: once input stops, the last windows come out within idle_timeout + one
+    # window (1.5 s + 0.5 s here; the rest is polling and commit slack).
+    print(f"idle close: last windows closed {closed_after_s:.2f}s after the input stopped")
+    assert closed_after_s < 1.5 + 0.5 + 1.0

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import polars as pl
+from polars.exceptions import PanicException
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -76,7 +77,13 @@ class Decoder:
             raise RejectedMessageError("schema-mismatch", str(err)) from err
         columns = [*plan.keys, *([plan.time_column] if plan.time_column else []),
                    *dict.fromkeys(a.name for a in plan.aggregates)]
-        self._schema = pa.schema([schema.field(name) for name in columns])
+        conformed = pa.schema([schema.field(name) for name in columns])
+        try:  # valid Arrow that Polars refuses (an unknown time zone, say) is rejected here
+            pl.DataFrame(conformed.empty_table())
+        except (pl.exceptions.PolarsError, PanicException, ValueError, TypeError) as err:
+            raise RejectedMessageError(
+                "unsupported-type", f"the schema cannot be aggregated: {err}") from err
+        self._schema = conformed
         self.plan = plan
         for skipped in plan.skipped:
             log.info("column %r (%s) is skipped: %s", skipped.name, skipped.dtype, skipped.reason)

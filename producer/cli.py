@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from producer.files import InputFile, UnreadableFileError
 from producer.generate import SENSOR_SCHEMA, sensor_batch
-from producer.publisher import Publisher, PublishError
+from producer.publisher import BrokerUnreachableError, Publisher, PublishError
 from producer.wire import Compression
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -124,7 +124,10 @@ def _add_kafka_options(command: argparse.ArgumentParser, *, topic_required: bool
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as done:  # --help, or a usage error already printed in one line
+        return done.code if isinstance(done.code, int) else EXIT_USAGE
     logging.basicConfig(format="%(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("producer").setLevel(logging.INFO if args.verbose else logging.CRITICAL)
     try:
@@ -157,7 +160,7 @@ def _publish(args: argparse.Namespace) -> int:
                     tally.count(batch.num_rows, publisher.publish(batch))
                     bar.update(batch.num_rows)
     files = f"{len(inputs)} file{'s' * (len(inputs) != 1)}"
-    print(tally.summary(f"published {{}} from {files} to topic {args.topic!r}",
+    print(tally.summary("published", f"from {files} to topic {args.topic!r}",
                         publisher.bytes_sent))
     return EXIT_OK
 
@@ -178,8 +181,8 @@ def _generate(args: argparse.Namespace) -> int:
             batch = _batch(args, index, start_ms)
             tally.count(batch.num_rows, publishers[producer].publish(batch))
             bar.update(1)
-    where = f"to topic {args.topic!r} from {args.producers} producer(s)"
-    print(tally.summary(f"published {{}} {where}", sum(p.bytes_sent for p in publishers)))
+    where = f"to topic {args.topic!r} from {_plural(args.producers, 'producer')}"
+    print(tally.summary("published", where, sum(p.bytes_sent for p in publishers)))
     return EXIT_OK
 
 
@@ -200,7 +203,7 @@ def _write_generated(args: argparse.Namespace, schedule: _Schedule) -> int:
     except OSError as err:
         why = os.strerror(err.errno) if err.errno else str(err)
         raise UsageError(f"cannot write {args.out} ({why}); check its directory") from None
-    print(tally.summary(f"wrote {{}} to {args.out}", args.out.stat().st_size, messages=False))
+    print(tally.summary("wrote", f"to {args.out}", args.out.stat().st_size, messages=False))
     return EXIT_OK
 
 
@@ -220,6 +223,9 @@ def _connect(args: argparse.Namespace, stack: ExitStack) -> Publisher:
     publisher = _publisher(args)
     try:
         publisher.check_topic(CHECK_TIMEOUT_S)
+    except BrokerUnreachableError as err:
+        publisher.close()
+        raise UsageError(f"{err} with --bootstrap-servers or KAFKA_BOOTSTRAP_SERVERS") from None
     except PublishError as err:
         publisher.close()
         raise UsageError(str(err)) from None
@@ -227,8 +233,7 @@ def _connect(args: argparse.Namespace, stack: ExitStack) -> Publisher:
 
 
 def _batch_bar(schedule: _Schedule) -> tqdm[Never]:
-    total = schedule.batches if schedule.duration_s is None else None
-    return tqdm(total=total, unit="batch", file=sys.stderr, disable=None)
+    return tqdm(total=schedule.total, unit="batch", file=sys.stderr, disable=None)
 
 
 @dataclass(frozen=True)
@@ -243,11 +248,16 @@ class _Schedule:
     start_ms: int | None
     default_batches: int = 10
 
+    @property
+    def total(self) -> int | None:
+        """How many batches in all, when a count rather than a duration bounds the run."""
+        return None if self.duration_s is not None else self.batches or self.default_batches
+
     def run(self, *, wait: Callable[[float], None]) -> Iterator[tuple[int, int, int]]:
         """Yield ``(batch index, producer index, first event ms)``, each when it is due."""
         began = time.monotonic()
         index = 0
-        while self.duration_s is not None or index < (self.batches or self.default_batches):
+        while self.total is None or index < self.total:
             due = began + index / self.rate if self.rate else time.monotonic()
             if self.duration_s is not None and due - began >= self.duration_s:
                 return
@@ -276,16 +286,16 @@ class _Tally:
         self.messages += messages
         self.batches += 1
 
-    def summary(self, template: str, size: int, *, messages: bool = True) -> str:
-        """``template`` with ``{}`` replaced by the counts, then the time taken."""
+    def summary(self, verb: str, where: str, size: int, *, messages: bool = True) -> str:
+        """One line: what was done, the counts, where to, and the time taken."""
         details = [f"{self.rows:,} rows", _size(size)]
         if messages:
             head = _plural(self.messages, "message")
             details.insert(0, _plural(self.batches, "batch"))
         else:
             head = _plural(self.batches, "batch")
-        counts = f"{head} ({', '.join(details)})"
-        return f"{template.format(counts)} in {time.monotonic() - self.began:.1f}s"
+        return (f"{verb} {head} ({', '.join(details)}) {where} "
+                f"in {time.monotonic() - self.began:.1f}s")
 
 
 def _plural(count: int, noun: str) -> str:

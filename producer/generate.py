@@ -71,7 +71,8 @@ def sensor_batch(*, rows: int, groups: int, start_ms: int, span_ms: int, seed: i
 
 def _uniform_draws(rows: int, seed: int) -> pl.DataFrame:
     """Independent uniform [0, 1) columns, one per random quantity, from a single seed."""
-    values = pc.random(rows * len(_DRAWS), initializer=seed)
+    # pyarrow takes a 64-bit unsigned seed; folding keeps any Python int usable.
+    values = pc.random(rows * len(_DRAWS), initializer=seed % (1 << 63))
     return pl.DataFrame({
         name: pl.from_arrow(values.slice(index * rows, rows)) for index, name in enumerate(_DRAWS)
     })

@@ -37,6 +37,10 @@ class PublishError(Exception):
     """Publishing failed or could not start; ``str()`` is one line saying what and how to mend."""
 
 
+class BrokerUnreachableError(PublishError):
+    """No broker answered at the bootstrap servers in time."""
+
+
 class Publisher:
     """Sends tables as arrowagg input messages on one topic, as one producer identity.
 
@@ -68,14 +72,17 @@ class Publisher:
         self.sent = self.delivered = self.failed = self.bytes_sent = 0
         self._first_failure: str | None = None
         self._last_client_error: str | None = None
+        self._closed = False
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
             "client.id": f"arrowagg-producer-{self.producer_id}",
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": _LINGER_MS,
-            # A record batch may not outgrow the topic's max.message.bytes either.
+            # librdkafka packs several messages into one record batch, and the broker
+            # holds the whole batch to the topic's max.message.bytes.
             "batch.size": max_message_bytes,
+            # The client-side cap only needs raising, never lowering below its default.
             "message.max.bytes": max(max_message_bytes, 1_000_000),
             "logger": log,
             "error_cb": self._on_client_error,
@@ -94,9 +101,9 @@ class Publisher:
         except KafkaException as exc:
             self._producer.poll(0)  # collect the client's own account of the failure
             why = self._last_client_error or _kafka_error_text(exc)
-            raise PublishError(
-                f"cannot reach Kafka at {self._bootstrap_servers} ({why}); start the broker "
-                "or point --bootstrap-servers / KAFKA_BOOTSTRAP_SERVERS at one"
+            raise BrokerUnreachableError(
+                f"cannot reach Kafka at {self._bootstrap_servers} ({why}); "
+                "start a broker there or name another"
             ) from None
         topic = metadata.topics.get(self.topic)
         if topic is None:
@@ -154,7 +161,10 @@ class Publisher:
             )
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Flush (raising as ``flush`` does), then release the client."""
+        """Flush (raising as ``flush`` does), then release the client; once is enough."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self.flush(timeout_s)
         finally:
@@ -172,9 +182,11 @@ class Publisher:
         if exc_type is None:
             self.close()
             return
-        # Already failing: deliver what we can, but let the original error through.
-        self._producer.flush(5.0)
-        self._producer.close()
+        if not self._closed:
+            # Already failing: deliver what we can, but let the original error through.
+            self._closed = True
+            self._producer.flush(5.0)
+            self._producer.close()
 
     def _produce(self, payload: bytes, key: bytes | None, headers: list[tuple[str, bytes]]) -> None:
         while True:
@@ -201,8 +213,8 @@ class Publisher:
             self._first_failure = error.str()
             if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                 self._first_failure += (
-                    f"; the topic accepts less than {self.max_message_bytes} bytes a message, "
-                    "so lower max_message_bytes to its max.message.bytes"
+                    f"; the topic takes less than {self.max_message_bytes} bytes a message: "
+                    "lower max_message_bytes to its max.message.bytes"
                 )
 
     def _on_client_error(self, error: KafkaError) -> None:

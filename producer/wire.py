@@ -14,13 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import struct
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
 import pyarrow as pa
 from pyarrow import ipc
+
+from producer.ipc_sizes import declared_batches
 
 CONTENT_TYPE: Final = "application/vnd.apache.arrow.stream"
 HEADER_CONTENT_TYPE: Final = "content-type"
@@ -33,7 +35,7 @@ Compression = Literal["none", "lz4", "zstd"]
 
 _CONTINUATION: Final = b"\xff\xff\xff\xff"
 _FILE_MAGIC: Final = b"ARROW1\x00\x00"
-_MAX_SEQUENCE: Final = (1 << 63) - 1  # consumers keep sequences in int64 columns
+_MAX_SEQUENCE: Final = (1 << 63) - 1  # so that a sequence fits a signed 64-bit column
 _SEQUENCE_RE: Final = re.compile(rb"[0-9]{1,19}")
 _CHUNK_RE: Final = re.compile(rb"([0-9]{1,9})/([0-9]{1,9})")
 
@@ -42,9 +44,9 @@ class WireFormatError(Exception):
     """A message that is not valid arrowagg input.
 
     ``reason`` is a short stable code for the dead-letter queue and metrics:
-    ``empty-stream``, ``not-arrow-ipc``, ``invalid-ipc``, ``trailing-bytes``,
-    ``too-many-rows``, ``too-many-bytes`` or ``bad-header``. ``str(err)`` is a one-line
-    explanation for a human.
+    ``empty-stream``, ``not-arrow-ipc``, ``invalid-ipc``, ``invalid-schema``,
+    ``trailing-bytes``, ``too-many-rows``, ``too-many-bytes`` or ``bad-header``.
+    ``str(err)`` is a one-line explanation for a human.
     """
 
     def __init__(self, reason: str, detail: str) -> None:
@@ -166,8 +168,13 @@ class WireHeaders:
     chunk: tuple[int, int] | None
 
 
-def parse_headers(headers: Sequence[tuple[str, bytes | str | None]] | None) -> WireHeaders:
-    """Read the arrowagg headers of an input message.
+HeaderValue = bytes | str | None
+# Both shapes confluent_kafka's Message.headers() may return, or None.
+Headers = Sequence[tuple[str, HeaderValue]] | Mapping[str, HeaderValue] | None
+
+
+def parse_headers(headers: Headers) -> WireHeaders:
+    """Read the arrowagg headers of an input message, as ``Message.headers()`` gives them.
 
     Lenient about absence (plain pyarrow workers send no headers at all) and about key
     case; the last occurrence of a repeated key wins. Raises
@@ -175,7 +182,8 @@ def parse_headers(headers: Sequence[tuple[str, bytes | str | None]] | None) -> W
     content type is set to anything but an Arrow IPC stream.
     """
     found: dict[str, bytes] = {}
-    for key, value in headers or ():
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    for key, value in pairs:
         if value is not None:
             found[key.lower()] = value.encode() if isinstance(value, str) else value
     content_type = _text_header(found, HEADER_CONTENT_TYPE)
@@ -264,6 +272,7 @@ def decode_ipc_stream(
 def _read_validated(stream: memoryview, limits: DecodeLimits, *, allow_trailing: bool) -> pa.Table:
     source = pa.BufferReader(pa.py_buffer(stream))
     reader = ipc.open_stream(source)
+    _check_schema(reader.schema)
     batches: list[pa.RecordBatch] = []
     rows = decoded_bytes = 0
     for batch in reader:
@@ -283,6 +292,47 @@ def _read_validated(stream: memoryview, limits: DecodeLimits, *, allow_trailing:
     return pa.Table.from_batches(batches, schema=reader.schema)
 
 
+def _check_schema(schema: pa.Schema) -> None:
+    _decode_schema_text(schema)
+    # Arrow allows repeated column names, but arrowagg addresses columns by name and
+    # neither pyarrow's field lookup nor Polars can tell the copies apart.
+    repeated = sorted(name for name, count in Counter(schema.names).items() if count > 1)
+    if repeated:
+        raise WireFormatError(
+            "invalid-schema", f"column names must be unique; repeated: {repeated[:5]}"
+        )
+
+
+def _decode_schema_text(schema: pa.Schema) -> list[str]:
+    """Every field name and time zone in ``schema``, nested ones included.
+
+    pyarrow decodes these from UTF-8 only when they are first read, so a bad one would
+    surface far from here as a UnicodeDecodeError; reading them all now makes it a
+    rejection (``invalid-ipc``) instead.
+    """
+    texts: list[str] = []
+    pending = list(schema)
+    while pending:
+        field = pending.pop()
+        kind = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+        texts.append(field.name)
+        if pa.types.is_timestamp(kind) and kind.tz is not None:
+            texts.append(kind.tz)
+        pending.extend(kind.field(index) for index in range(kind.num_fields))
+    return texts
+
+
+def _check_declared_sizes(stream: memoryview, limits: DecodeLimits) -> None:
+    # A compressed body can expand a thousandfold, and pyarrow allocates whatever a
+    # buffer's length prefix declares: summing declared sizes first stops a
+    # decompression bomb before it costs memory.
+    rows = decoded_bytes = 0
+    for batch in declared_batches(stream):
+        rows += batch.rows
+        decoded_bytes += batch.body_bytes
+        _enforce(limits, rows, decoded_bytes)
+
+
 def _enforce(limits: DecodeLimits, rows: int, decoded_bytes: int) -> None:
     if rows > limits.max_rows:
         raise WireFormatError(
@@ -295,92 +345,3 @@ def _enforce(limits: DecodeLimits, rows: int, decoded_bytes: int) -> None:
             f"more than {limits.max_decoded_bytes} decoded bytes in one message; "
             "send smaller batches",
         )
-
-
-# --- declared sizes, read from the IPC flatbuffer metadata without decoding bodies ---
-#
-# A compressed body can expand a thousandfold, and pyarrow allocates whatever a buffer's
-# length prefix declares. Summing the declared sizes first stops a decompression bomb
-# before it costs memory. Field slots follow Arrow's Message.fbs and Schema.fbs.
-
-_HEADER_DICTIONARY_BATCH: Final = 2
-_HEADER_RECORD_BATCH: Final = 3
-_UNCOMPRESSED_PREFIX: Final = -1
-
-
-def _check_declared_sizes(stream: memoryview, limits: DecodeLimits) -> None:
-    rows = decoded_bytes = 0
-    for header_type, batch_rows, body_bytes in _declared_batches(stream):
-        if header_type == _HEADER_RECORD_BATCH:
-            rows += batch_rows
-        decoded_bytes += body_bytes
-        _enforce(limits, rows, decoded_bytes)
-
-
-def _declared_batches(stream: memoryview) -> Iterator[tuple[int, int, int]]:
-    """Yield ``(header type, rows, decoded body bytes)`` for each batch message."""
-    for message in ipc.MessageReader.open_stream(pa.BufferReader(pa.py_buffer(stream))):
-        if message.type not in ("record batch", "dictionary batch"):
-            continue
-        meta = memoryview(message.metadata)
-        root = _deref(meta, 0)
-        header_type = _read("<B", meta, _field(meta, root, 1))
-        batch = _deref(meta, _field(meta, root, 2))
-        if header_type == _HEADER_DICTIONARY_BATCH:
-            batch = _deref(meta, _field(meta, batch, 1))
-        length = _optional_field(meta, batch, 0)
-        rows = 0 if length is None else _read("<q", meta, length)
-        body = memoryview(b"" if message.body is None else message.body)
-        yield header_type, rows, _body_bytes(meta, batch, body)
-
-
-def _body_bytes(meta: memoryview, batch: int, body: memoryview) -> int:
-    compressed = _optional_field(meta, batch, 3) is not None
-    total = 0
-    for offset, length in _buffers(meta, batch):
-        if not compressed or length == 0:
-            total += length
-            continue
-        declared = _read("<q", body, offset)
-        if declared < _UNCOMPRESSED_PREFIX or length < 8:
-            raise ValueError(f"malformed compressed buffer at body offset {offset}")
-        total += length - 8 if declared == _UNCOMPRESSED_PREFIX else declared
-    return total
-
-
-def _buffers(meta: memoryview, batch: int) -> Iterator[tuple[int, int]]:
-    position = _optional_field(meta, batch, 2)
-    if position is None:
-        return
-    vector = _deref(meta, position)
-    for index in range(_read("<I", meta, vector)):
-        element = vector + 4 + 16 * index
-        yield _read("<q", meta, element), _read("<q", meta, element + 8)
-
-
-def _deref(meta: memoryview, position: int) -> int:
-    return position + _read("<I", meta, position)
-
-
-def _field(meta: memoryview, table: int, slot: int) -> int:
-    position = _optional_field(meta, table, slot)
-    if position is None:
-        raise ValueError(f"IPC metadata table lacks required field {slot}")
-    return position
-
-
-def _optional_field(meta: memoryview, table: int, slot: int) -> int | None:
-    """The position of field ``slot`` of the flatbuffer table at ``table``, if present."""
-    vtable = table - _read("<i", meta, table)
-    if 4 + 2 * slot + 2 > _read("<H", meta, vtable):
-        return None
-    relative = _read("<H", meta, vtable + 4 + 2 * slot)
-    return table + relative if relative else None
-
-
-def _read(fmt: str, data: memoryview, position: int) -> int:
-    """One little-endian integer at ``position``; out of range is an error, not a wrap."""
-    if position < 0 or position + struct.calcsize(fmt) > len(data):
-        raise ValueError(f"IPC metadata points outside its {len(data)} bytes")
-    (value,) = struct.unpack_from(fmt, data, position)
-    return int(value)

@@ -323,3 +323,14 @@ def test_out_of_range_unsigned_event_time_is_rejected_not_a_crash() -> None:
     dec = event_decoder(ts)
     with pytest.raises(RejectedMessageError):
         dec.decode(encode_ipc_stream(event_table(ts)), None)
+
+
+def test_a_schema_polars_refuses_is_rejected_not_a_crash() -> None:
+    # Valid Arrow (pyarrow accepts any time zone string) that Polars cannot represent.
+    dec = Decoder(lambda s: derive_plan(s), limits=DecodeLimits(), max_message_bytes=1 << 20)
+    odd = pa.table({"k": ["a"], "when": pa.array([1], pa.timestamp("ms", tz="UTX")),
+                    "v_sum": [1.0]})
+    with pytest.raises(RejectedMessageError) as info:
+        dec.decode(encode_ipc_stream(odd), None)
+    assert info.value.reason == "unsupported-type"
+    assert dec.plan is None  # the next good message may still fix the plan

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import polars as pl
-from polars.exceptions import PanicException
 import pyarrow as pa
 import pyarrow.compute as pc
+from polars.exceptions import PanicException
 
 from consumer.plan import AggregationPlan, PlanError
 from producer.wire import DecodeLimits, WireFormatError, decode_ipc_stream, parse_headers

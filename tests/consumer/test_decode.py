@@ -327,7 +327,7 @@ def test_out_of_range_unsigned_event_time_is_rejected_not_a_crash() -> None:
 
 def test_a_schema_polars_refuses_is_rejected_not_a_crash() -> None:
     # Valid Arrow (pyarrow accepts any time zone string) that Polars cannot represent.
-    dec = Decoder(lambda s: derive_plan(s), limits=DecodeLimits(), max_message_bytes=1 << 20)
+    dec = Decoder(derive_plan, limits=DecodeLimits(), max_message_bytes=1 << 20)
     odd = pa.table({"k": ["a"], "when": pa.array([1], pa.timestamp("ms", tz="UTX")),
                     "v_sum": [1.0]})
     with pytest.raises(RejectedMessageError) as info:

@@ -44,6 +44,19 @@ class InputSettings(_Section):
     max_message_bytes: PositiveInt = 16 * 1024 * 1024
     max_rows_per_message: PositiveInt = 10_000_000
     max_decoded_bytes_per_message: PositiveInt = 1 << 30
+    # Memory budget: distinct (window, keys) groups held across open windows. When it is
+    # reached, "emit_early" emits the open windows as non-final revisions and starts
+    # them afresh; "pause" stops fetching until windows close.
+    max_groups: PositiveInt = 5_000_000
+    on_max_groups: Literal["emit_early", "pause"] = "emit_early"
+
+
+class DlqLimitSettings(_Section):
+    """Stop the daemon when bad input becomes the norm rather than the exception."""
+
+    max_invalid_ratio: float = Field(default=0.5, gt=0, le=1)
+    window_messages: PositiveInt = 1_000   # the ratio is over the last N messages
+    max_consecutive_invalid: PositiveInt = 1_000
 
 
 class OutputSettings(_Section):
@@ -99,6 +112,14 @@ class ProcessingSettings(_Section):
     commit_interval_ms: PositiveInt = 1_000
 
 
+class ServiceSettings(_Section):
+    """How the daemon is watched: HTTP /metrics, /healthz, /readyz, librdkafka stats."""
+
+    http_host: str = "127.0.0.1"
+    http_port: int | None = Field(default=9464, ge=0, le=65535)  # None: no HTTP server
+    statistics_interval_ms: int = Field(default=5_000, ge=0)     # 0: no librdkafka stats
+
+
 class LoggingSettings(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     format: Literal["text", "json"] = "text"
@@ -115,6 +136,8 @@ class Settings(BaseSettings):
     window: WindowSettings
     aggregation: AggregationSettings = Field(default_factory=AggregationSettings)
     processing: ProcessingSettings = Field(default_factory=ProcessingSettings)
+    dlq_limit: DlqLimitSettings = Field(default_factory=DlqLimitSettings)
+    service: ServiceSettings = Field(default_factory=ServiceSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     @classmethod

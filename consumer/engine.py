@@ -46,6 +46,7 @@ class WindowEngine(Protocol):
     def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None: ...
     def revoke(self, partition: PartitionKey) -> None: ...
     def is_replay(self, partition: PartitionKey, offset: int) -> bool: ...
+    def replaying(self, partition: PartitionKey) -> bool: ...
     def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef], now_ms: int, *,
             replay: bool = False) -> pl.DataFrame | None: ...
     def close_due(self, now_ms: int) -> list[ClosedWindow]: ...
@@ -99,6 +100,14 @@ class TimeWindowEngine:
 
     def is_replay(self, partition: PartitionKey, offset: int) -> bool:
         return offset < self._replay_until.get(partition, -1)
+
+    def replaying(self, partition: PartitionKey) -> bool:
+        """True until the partition has been re-read up to where the last run had got."""
+        until = self._replay_until.get(partition)
+        if until is None:
+            return False
+        next_offset = self._offsets.next_offset(partition)
+        return next_offset is None or next_offset < until
 
     # -- rows in -----------------------------------------------------------------------
 
@@ -225,6 +234,9 @@ class CountWindowEngine:
 
     def is_replay(self, partition: PartitionKey, offset: int) -> bool:  # noqa: ARG002
         return False  # count windows commit in message order: nothing replayed was emitted
+
+    def replaying(self, partition: PartitionKey) -> bool:  # noqa: ARG002
+        return False
 
     def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef], now_ms: int, *,
             replay: bool = False) -> pl.DataFrame | None:  # noqa: ARG002

@@ -108,5 +108,8 @@ class OffsetTracker:
             points[partition] = CommitPoint(offset, meta)
         return points
 
+    def next_offset(self, partition: PartitionKey) -> int | None:
+        return self._next.get(partition)
+
     def partitions(self) -> list[PartitionKey]:
         return list(self._next)

@@ -23,6 +23,7 @@ from consumer.config import Settings
 from consumer.decode import DecodedMessage, Decoder, RejectedMessageError
 from consumer.engine import CountWindowEngine, MessageRef, TimeWindowEngine, WindowEngine
 from consumer.kafka_clients import consumer_config, producer_config
+from consumer.observer import NullObserver, ProcessorObserver
 from consumer.offsets import CommitMetadata, PartitionKey
 from consumer.output import encode_window
 from consumer.plan import AggregationPlan, derive_plan
@@ -64,10 +65,16 @@ class _Assigned:
 
 class StreamProcessor:
     def __init__(self, settings: Settings, *, sink: OutputSink | None = None,
+                 observer: ProcessorObserver | None = None,
                  clock: Callable[[], int] = now_ms) -> None:
         self._settings = settings
         self._clock = clock
-        self._consumer = Consumer(consumer_config(settings.kafka, settings.processing))
+        self._observer: ProcessorObserver = observer or NullObserver()
+        config = consumer_config(settings.kafka, settings.processing)
+        if settings.service.statistics_interval_ms:
+            config["statistics.interval.ms"] = settings.service.statistics_interval_ms
+            config["stats_cb"] = self._observer.statistics
+        self._consumer = Consumer(config)
         self._sink = sink or self._make_sink()
         self._decoder = Decoder(
             self._make_plan,
@@ -103,6 +110,13 @@ class StreamProcessor:
     def open_windows(self) -> int:
         return 0 if self._engine is None else self._engine.open_window_count()
 
+    def is_ready(self) -> bool:
+        """Assigned, and no partition is still replaying input from before a restart."""
+        if not self._assigned:
+            return False
+        return all(self._engine is None or not self._engine.replaying(key)
+                   for key in self._assigned)
+
     def has_pending_output(self) -> bool:
         return bool(self._pending)
 
@@ -122,6 +136,7 @@ class StreamProcessor:
                     continue
                 self._process(messages)
                 self._flush_due()
+                self._report()
             self._flush_due(force=True)
         finally:
             self._closing = True
@@ -140,9 +155,12 @@ class StreamProcessor:
             if self._engine is not None:
                 self._engine.assign(key, offset, meta, self._clock())
         log.info("assigned %s", _names(partitions))
+        self._observer.assigned([(tp.topic, tp.partition) for tp in partitions])
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("revoked %s", _names(partitions))
+        self._observer.revoked([(tp.topic, tp.partition) for tp in partitions])
+        self._observer.rebalanced()
         if self._engine is not None and not self._rewind_needed:
             self._flush_due(force=True)  # commit what is done before the partitions go
         for tp in partitions:
@@ -154,6 +172,8 @@ class StreamProcessor:
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.warning("lost %s: discarding window state", _names(partitions))
+        self._observer.revoked([(tp.topic, tp.partition) for tp in partitions])
+        self._observer.rebalanced()
         for tp in partitions:
             self._forget((tp.topic, tp.partition))
         self._rewind_needed = True
@@ -184,6 +204,7 @@ class StreamProcessor:
             tables.append(decoded.table)
             refs.append(MessageRef(key, offset, decoded.table.num_rows, decoded.max_event_ms))
             self.counters.rows += decoded.table.num_rows
+            self._observer.consumed(key, 1, decoded.table.num_rows, len(message.value() or b""))
         for replay in sorted(batches, reverse=True):  # replayed input comes first
             tables, refs = batches[replay]
             frame = pl.DataFrame(pa.concat_tables(tables))
@@ -239,6 +260,7 @@ class StreamProcessor:
         self.counters.rejected += 1
         by_reason = self.counters.rejected_by_reason
         by_reason[err.reason] = by_reason.get(err.reason, 0) + 1
+        self._observer.rejected(err.reason)
         log.warning("rejected %s[%s]@%s: %s", message.topic(), message.partition(),
                     message.offset(), err)
         dlq = self._settings.output.dlq_topic
@@ -262,6 +284,7 @@ class StreamProcessor:
 
     def _late(self, late: pl.DataFrame) -> None:
         self.counters.late_rows += late.height
+        self._observer.late(late.height)
         topic = self._settings.output.late_topic
         if topic:
             self._pending.append(OutputRecord(topic, None, encode_ipc_stream(late.to_arrow()), []))
@@ -287,11 +310,13 @@ class StreamProcessor:
             self._sink.flush(records, offsets, self._consumer)
         except AbortRequiredError as err:
             self.counters.aborts += 1
+            self._observer.aborted()
             log.warning("nothing committed (%s): replaying from the committed offsets", err)
             self._rewind_needed = True
             return
         self.counters.commits += 1
         self.counters.windows_emitted += len(closed)
+        self._observer.committed(closed, now, self._clock())
         self._last_commit_ms = now
         for tp in offsets:
             assigned = self._assigned.get((tp.topic, tp.partition))
@@ -301,6 +326,13 @@ class StreamProcessor:
         for window in closed:
             log.info("emitted window [%d, %d): %d groups from %d rows", window.start_ms,
                      window.end_ms, window.frame.height, window.input_rows)
+
+    def _report(self) -> None:
+        self._observer.loop_turned(self._clock())
+        engine = self._engine
+        self._observer.state(open_windows=0 if engine is None else engine.open_window_count(),
+                             groups=0 if engine is None else engine.cardinality(),
+                             ready=self.is_ready())
 
     def _commit_offsets(self) -> list[TopicPartition]:
         if self._engine is None:

@@ -13,6 +13,7 @@ from types import FrameType
 import pyarrow as pa
 
 from consumer.config import ConfigError, Settings, load_settings
+from consumer.dlq import DlqLimitExceededError
 from consumer.kafka_clients import KafkaSetupError, check_topics
 from consumer.logs import configure_logging
 from consumer.plan import PlanError, derive_plan
@@ -80,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit per 
         return EXIT_FAILED
     except FatalKafkaError as err:
         print(f"consumer: stopping on a fatal Kafka error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except DlqLimitExceededError as err:
+        print(f"consumer: stopping: {err}", file=sys.stderr)
         return EXIT_FAILED
 
 

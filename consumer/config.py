@@ -45,10 +45,8 @@ class InputSettings(_Section):
     max_rows_per_message: PositiveInt = 10_000_000
     max_decoded_bytes_per_message: PositiveInt = 1 << 30
     # Memory budget: distinct (window, keys) groups held across open windows. When it is
-    # reached, "emit_early" emits the open windows as non-final revisions and starts
-    # them afresh; "pause" stops fetching until windows close.
+    # reached, the open windows are emitted as non-final revisions and start afresh.
     max_groups: PositiveInt = 5_000_000
-    on_max_groups: Literal["emit_early", "pause"] = "emit_early"
 
 
 class DlqLimitSettings(_Section):

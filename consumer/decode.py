@@ -77,7 +77,11 @@ class Decoder:
             raise RejectedMessageError("schema-mismatch", str(err)) from err
         columns = [*plan.keys, *([plan.time_column] if plan.time_column else []),
                    *dict.fromkeys(a.name for a in plan.aggregates)]
-        conformed = pa.schema([schema.field(name) for name in columns])
+        aggregated = {a.name for a in plan.aggregates}
+        conformed = pa.schema([
+            _widened(schema.field(name)) if name in aggregated else schema.field(name)
+            for name in columns
+        ])
         try:  # valid Arrow that Polars refuses (an unknown time zone, say) is rejected here
             pl.DataFrame(conformed.empty_table())
         except (pl.exceptions.PolarsError, PanicException, ValueError, TypeError) as err:
@@ -90,20 +94,36 @@ class Decoder:
         log.info("aggregation plan fixed from the first message:\n%s", plan.describe())
 
     def _conform(self, table: pa.Table) -> DecodedMessage:
+        """Apply the schema-evolution policy (docs/reliability.md)."""
         assert self._schema is not None  # noqa: S101 - set by _fix_plan
         assert self.plan is not None  # noqa: S101
-        missing = [n for n in self._schema.names if n not in table.schema.names]
-        if missing:
-            raise RejectedMessageError("schema-mismatch", f"missing columns {missing}")
-        table = table.select(self._schema.names)
+        present = set(table.schema.names)
+        required = {*self.plan.keys, *([self.plan.time_column] if self.plan.time_column else [])}
+        if missing := [n for n in self._schema.names if n in required and n not in present]:
+            raise RejectedMessageError("schema-mismatch", f"missing key/time columns {missing}")
+        columns = [
+            table.column(f.name) if f.name in present else pa.nulls(table.num_rows, f.type)
+            for f in self._schema
+        ]  # a missing aggregate column counts as all null
+        table = pa.Table.from_arrays(columns, names=self._schema.names)
         if not table.schema.equals(self._schema):
-            try:
-                table = table.cast(self._schema, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-                raise RejectedMessageError(
-                    "schema-mismatch", f"columns do not cast to the plan's types: {err}"
-                ) from err
+            table = self._cast(table)
         return DecodedMessage(table, self._max_event_ms(table))
+
+    def _cast(self, table: pa.Table) -> pa.Table:
+        assert self._schema is not None  # noqa: S101
+        for got, want in zip(table.schema, self._schema, strict=True):
+            if pa.types.is_null(got.type):
+                continue  # an all-null column (e.g. empty, untyped) fits any type
+            if got.type != want.type and _family(got.type) != _family(want.type):
+                raise RejectedMessageError(
+                    "schema-mismatch", f"column {got.name!r} is {got.type}, the plan has "
+                    f"{want.type}; only numeric widening and string/timestamp variants cast")
+        try:
+            return table.cast(self._schema, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+            raise RejectedMessageError(
+                "schema-mismatch", f"values do not fit the plan's types: {err}") from err
 
     def _max_event_ms(self, table: pa.Table) -> int | None:
         assert self.plan is not None  # noqa: S101
@@ -123,3 +143,28 @@ class Decoder:
             return raw  # integer epoch milliseconds
         per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[column.type.unit]
         return raw * 1_000 if per_ms is None else raw // per_ms
+
+
+def _widened(field: pa.Field) -> pa.Field:
+    """Numeric aggregate columns are held as 64-bit, so a producer widening int32 to
+    int64 (or float32 to float64) later is not a schema change."""
+    kind = field.type
+    if pa.types.is_signed_integer(kind):
+        return field.with_type(pa.int64())
+    if pa.types.is_unsigned_integer(kind):
+        return field.with_type(pa.uint64())
+    if pa.types.is_floating(kind):
+        return field.with_type(pa.float64())
+    return field
+
+
+def _family(kind: pa.DataType) -> str:
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        return "numeric"
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        return "string"
+    if pa.types.is_dictionary(kind):
+        return "string" if _family(kind.value_type) == "string" else str(kind)
+    if pa.types.is_timestamp(kind):
+        return "timestamp"
+    return str(kind)

@@ -12,7 +12,7 @@ Two engines share one shape (``WindowEngine``):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import polars as pl
@@ -50,6 +50,7 @@ class WindowEngine(Protocol):
     def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef], now_ms: int, *,
             replay: bool = False) -> pl.DataFrame | None: ...
     def close_due(self, now_ms: int) -> list[ClosedWindow]: ...
+    def emit_early(self, now_ms: int) -> list[ClosedWindow]: ...
     def commit_points(self) -> dict[PartitionKey, CommitPoint]: ...
     def discard(self) -> None: ...
     def cardinality(self) -> int: ...
@@ -74,6 +75,7 @@ class TimeWindowEngine:
         self._watermarks = WatermarkTracker(
             allowed_lateness_ms=allowed_lateness_ms, idle_timeout_ms=idle_timeout_ms)
         self._frontier: int | None = None
+        self._revisions: dict[int, int] = {}  # window start -> next revision number
         self._replay_until: dict[PartitionKey, int] = {}
         self.late_rows = 0
         self.skipped_replayed_rows = 0
@@ -162,7 +164,7 @@ class TimeWindowEngine:
         watermark = self._watermarks.current(now_ms)
         if watermark.all_idle:
             # Nothing is coming: close every open window rather than wait forever.
-            closed = self._store.pop_all()
+            closed = self._revised(self._store.pop_all(), final=True)
             if closed:
                 self._advance(max(w.end_ms for w in closed))
             return closed
@@ -172,7 +174,24 @@ class TimeWindowEngine:
 
     def _close_through(self, frontier_ms: int) -> list[ClosedWindow]:
         self._advance(frontier_ms)
-        return self._store.pop_closed(self._frontier)
+        return self._revised(self._store.pop_closed(self._frontier), final=True)
+
+    def emit_early(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
+        """Emit every open window as a non-final revision and start them afresh, so the
+        groups held stay within the memory budget; all consumed input is then emitted."""
+        early = self._revised(self._store.pop_all(), final=False)
+        self._offsets.mark_all_done()
+        return early
+
+    def _revised(self, windows: list[ClosedWindow], *, final: bool) -> list[ClosedWindow]:
+        out = []
+        for window in windows:
+            revision = (self._revisions.pop(window.start_ms, 0) if final
+                        else self._revisions.get(window.start_ms, 0))
+            if not final:
+                self._revisions[window.start_ms] = revision + 1
+            out.append(replace(window, final=final, revision=revision))
+        return out
 
     def _advance(self, frontier_ms: int) -> None:
         if self._frontier is None or frontier_ms > self._frontier:
@@ -289,6 +308,12 @@ class CountWindowEngine:
         self._opened_ms = None
         self._batches = 0
         self._rows = 0
+
+    def emit_early(self, now_ms: int) -> list[ClosedWindow]:
+        """Over the memory budget a count window simply closes early."""
+        if self._batches:
+            self._close_current(now_ms)
+        return self.close_due(now_ms)
 
     def close_due(self, now_ms: int) -> list[ClosedWindow]:
         idle = now_ms - self._last_message_ms >= self._idle_timeout_ms

@@ -108,6 +108,11 @@ class OffsetTracker:
             points[partition] = CommitPoint(offset, meta)
         return points
 
+    def mark_all_done(self) -> None:
+        """Every message consumed so far is in emitted output (an early emission)."""
+        for queue in self._pending.values():
+            queue.clear()
+
     def next_offset(self, partition: PartitionKey) -> int | None:
         return self._next.get(partition)
 

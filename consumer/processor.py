@@ -18,9 +18,9 @@ import polars as pl
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from consumer import __version__
 from consumer.config import Settings
 from consumer.decode import DecodedMessage, Decoder, RejectedMessageError
+from consumer.dlq import DlqLimit, dead_letter
 from consumer.engine import CountWindowEngine, MessageRef, TimeWindowEngine, WindowEngine
 from consumer.kafka_clients import consumer_config, producer_config
 from consumer.observer import NullObserver, ProcessorObserver
@@ -30,6 +30,7 @@ from consumer.plan import AggregationPlan, derive_plan
 from consumer.sink import (
     AbortRequiredError,
     AtLeastOnceSink,
+    FatalKafkaError,
     OutputRecord,
     OutputSink,
     TransactionalSink,
@@ -82,6 +83,8 @@ class StreamProcessor:
                                 max_decoded_bytes=settings.input.max_decoded_bytes_per_message),
             max_message_bytes=settings.input.max_message_bytes,
         )
+        self._dlq_limit = DlqLimit(settings.dlq_limit)
+        self._max_groups = settings.input.max_groups
         self._engine: WindowEngine | None = None
         self._assigned: dict[PartitionKey, _Assigned] = {}
         self._pending: list[OutputRecord] = []
@@ -220,12 +223,15 @@ class StreamProcessor:
         if assigned is not None and assigned.first_seen is None:
             assigned.first_seen = offset
         try:
-            return self._decoder.decode(message.value(), message.headers())
+            decoded = self._decoder.decode(message.value(), message.headers())
         except RejectedMessageError as err:
             self._reject(message, err)
             if self._engine is not None:
                 self._engine.skip(key, offset, now)
+            self._dlq_limit.record(valid=False)
             return None
+        self._dlq_limit.record(valid=True)
+        return decoded
 
     def _require_engine(self) -> WindowEngine:
         if self._engine is None:
@@ -263,24 +269,9 @@ class StreamProcessor:
         self._observer.rejected(err.reason)
         log.warning("rejected %s[%s]@%s: %s", message.topic(), message.partition(),
                     message.offset(), err)
-        dlq = self._settings.output.dlq_topic
-        if dlq:
-            self._pending.append(OutputRecord(dlq, message.key(), message.value(),
-                                              self._dlq_headers(message, err)))
-
-    def _dlq_headers(self, message: Message, err: RejectedMessageError) -> list[tuple[str, bytes]]:
-        _kind, timestamp = message.timestamp()
-        fields = {
-            "arrowagg.dlq.original-topic": message.topic() or "",
-            "arrowagg.dlq.original-partition": str(message.partition()),
-            "arrowagg.dlq.original-offset": str(message.offset()),
-            "arrowagg.dlq.original-timestamp": str(timestamp),
-            "arrowagg.dlq.consumer-group": self._settings.kafka.group_id,
-            "arrowagg.dlq.error-class": err.reason,
-            "arrowagg.dlq.error-message": err.detail[:1000],
-            "arrowagg.dlq.daemon-version": __version__,
-        }
-        return [(k, v.encode()) for k, v in fields.items()]
+        if topic := self._settings.output.dlq_topic:
+            self._pending.append(dead_letter(message, err, topic=topic,
+                                             group_id=self._settings.kafka.group_id))
 
     def _late(self, late: pl.DataFrame) -> None:
         self.counters.late_rows += late.height
@@ -297,9 +288,14 @@ class StreamProcessor:
         now = self._clock()
         output = self._settings.output
         closed = self._engine.close_due(now) if self._engine is not None else []
+        if self._engine is not None and self._engine.cardinality() >= self._max_groups:
+            log.warning("%d groups held (input.max_groups = %d): emitting open windows early",
+                        self._engine.cardinality(), self._max_groups)
+            closed += self._engine.emit_early(now)
         for window in closed:
             for msg in encode_window(window, fmt=output.format, compression=output.compression,
-                                     max_bytes=output.max_message_bytes):
+                                     max_bytes=output.max_message_bytes,
+                                     revision=window.revision, final=window.final):
                 self._pending.append(OutputRecord(output.topic, msg.key, msg.value, msg.headers))
         interval_due = now - self._last_commit_ms >= self._settings.processing.commit_interval_ms
         if not (closed or self._pending or interval_due or force):
@@ -364,7 +360,7 @@ class StreamProcessor:
 
     def _client_error(self, error: KafkaError) -> None:
         if error.fatal():
-            raise RuntimeError(f"fatal consumer error: {error.str()}")
+            raise FatalKafkaError(f"consumer: {error.str()}")
         log.warning("consumer error: %s", error.str())
 
 

@@ -21,13 +21,16 @@ ROWS = "__rows"
 
 @dataclass(frozen=True)
 class ClosedWindow:
-    """One window's final result: ``frame`` has window_start, window_end, keys, aggregates,
-    row_count."""
+    """One window's result: ``frame`` has window_start, window_end, keys, aggregates,
+    row_count. ``final`` is False for an early revision (the memory budget was reached):
+    each revision covers the rows since the previous one."""
 
     start_ms: int
     end_ms: int
     frame: pl.DataFrame
     input_rows: int
+    final: bool = True
+    revision: int = 0
 
 
 class WindowStore:

@@ -143,10 +143,33 @@ def test_given_plan_and_schema_are_used_as_is() -> None:
 # -- later messages against the plan -----------------------------------------------------
 
 
-def test_missing_column_is_a_schema_mismatch() -> None:
-    err = rejection(fixed_decoder(), encode_ipc_stream(table(v_max=None)))
+def test_missing_key_or_time_column_is_a_schema_mismatch() -> None:
+    for name in ("k", "ts"):
+        err = rejection(fixed_decoder(), encode_ipc_stream(table(**{name: None})))
+        assert err.reason == "schema-mismatch"
+        assert f"missing key/time columns [{name!r}]" in err.detail
+
+
+def test_missing_aggregate_column_counts_as_all_null() -> None:
+    decoded = fixed_decoder().decode(encode_ipc_stream(table(v_max=None)), None)
+    assert decoded.table.schema.names == PLAN_COLUMNS
+    assert decoded.table.column("v_max").null_count == 3
+    assert decoded.table.column("v_sum").to_pylist() == [0.0, 0.5, 1.0]
+
+
+def test_a_string_where_a_number_was_is_rejected_even_if_it_parses() -> None:
+    err = rejection(fixed_decoder(),
+                    encode_ipc_stream(table(v_sum=pa.array(["0.5", "1.5", "2.5"]))))
     assert err.reason == "schema-mismatch"
-    assert "missing columns ['v_max']" in err.detail
+    assert "'v_sum'" in err.detail
+
+
+def test_a_widened_integer_that_overflowed_before_is_accepted() -> None:
+    dec = decoder()
+    dec.decode(encode_ipc_stream(table(n_count=pa.array([0, 1, 2], pa.int32()))), None)
+    wide = table(n_count=pa.array([0, 1, 2**40], pa.int64()))
+    assert dec.decode(encode_ipc_stream(wide), None).table.column("n_count").to_pylist() == [
+        0, 1, 2**40]
 
 
 @pytest.mark.parametrize(
@@ -181,7 +204,7 @@ def test_castable_type_is_accepted_and_cast(name: str, column: pa.Array,
 def test_uncastable_type_is_a_schema_mismatch(name: str, column: pa.Array) -> None:
     err = rejection(fixed_decoder(), encode_ipc_stream(table(**{name: column})))
     assert err.reason == "schema-mismatch"
-    assert "do not cast to the plan's types" in err.detail
+    assert f"{name!r}" in err.detail or "do not fit the plan's types" in err.detail
 
 
 # -- rejected input ----------------------------------------------------------------------

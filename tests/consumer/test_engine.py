@@ -652,3 +652,37 @@ def test_count_windows_do_not_depend_on_merge_cadence(merge_every: int) -> None:
         rows = at([row for part in chunk for row in part], 0)
         assert_frame_equal(window.frame.sort("k").drop("window_start", "window_end"),
                            reference(rows)[0].drop("window_start", "window_end"))
+
+
+# -- memory budget: early revisions ------------------------------------------------------
+
+
+def test_emit_early_gives_non_final_revisions_that_add_up_to_the_window() -> None:
+    engine = time_engine()
+    engine.assign(P0, None, None, now_ms=0)
+    first = [("a", 100, 1.0, 1, 5.0), ("b", 200, 2.0, 1, 6.0)]
+    second = [("a", 300, 4.0, 2, 9.0), ("c", 400, 8.0, 1, 1.0)]
+    feed(engine, P0, 0, first, now_ms=10)
+    early = engine.emit_early(10)
+    assert [(w.start_ms, w.final, w.revision) for w in early] == [(0, False, 0)]
+    check_windows(early, {0: reference(first)[0]})
+    assert engine.cardinality() == 0  # the budget is freed
+    # everything consumed is in emitted output, so its offset may be committed
+    assert engine.commit_points()[P0].offset == 1
+
+    feed(engine, P0, 1, second, now_ms=20)
+    feed(engine, P0, 2, [("a", 1_500, 0.5, 1, 0.5)], now_ms=30)  # moves the watermark
+    final = engine.close_due(30)
+    assert [(w.start_ms, w.final, w.revision) for w in final] == [(0, True, 1)]
+    check_windows(final, {0: reference(second)[0]})  # the rows since the early revision
+
+
+def test_count_window_over_budget_closes_early() -> None:
+    engine = count_engine(batches=10)
+    engine.assign(P0, None, None, now_ms=0)
+    feed(engine, P0, 0, [("a", 0, 1.0, 1, 1.0)], now_ms=5)
+    closed = engine.emit_early(6)
+    assert len(closed) == 1
+    assert closed[0].final
+    assert closed[0].input_rows == 1
+    assert engine.open_window_count() == 0

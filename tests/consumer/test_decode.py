@@ -145,7 +145,8 @@ def test_given_plan_and_schema_are_used_as_is() -> None:
 
 def test_missing_key_or_time_column_is_a_schema_mismatch() -> None:
     for name in ("k", "ts"):
-        err = rejection(fixed_decoder(), encode_ipc_stream(table(**{name: None})))
+        dropped: dict[str, Any] = {name: None}
+        err = rejection(fixed_decoder(), encode_ipc_stream(table(**dropped)))
         assert err.reason == "schema-mismatch"
         assert f"missing key/time columns [{name!r}]" in err.detail
 

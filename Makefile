@@ -32,7 +32,16 @@ unit: venv
 demo: venv
 	$(PY) scripts/demo
 
+# Installs the bench extra (once per pyproject.toml change) and Quix Streams in an
+# interpreter of its own (.venv/quix), then runs the harness: bench/results/*.json and
+# docs/benchmarks.md (with docs/benchmarks.png).
 bench: venv
+	@if [ ! $(VENV)/.bench-stamp -nt pyproject.toml ]; then \
+		$(PY) -m pip install --quiet -e '.[dev,bench]' && touch $(VENV)/.bench-stamp; fi
+	@if [ ! $(VENV)/quix/.stamp -nt bench/quix-requirements.txt ]; then \
+		$(PYTHON) -m venv $(VENV)/quix && \
+		$(VENV)/quix/bin/pip install --quiet -r bench/quix-requirements.txt && \
+		touch $(VENV)/quix/.stamp; fi
 	$(PY) -m bench
 
 broker-start: venv

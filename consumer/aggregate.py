@@ -24,13 +24,20 @@ from consumer.plan import AggFunc, AggregationPlan
 ROWS = "__rows"
 ROW_COUNT = "row_count"
 
-# Engine choice, measured on 2 cores (median ms, in-memory vs streaming):
-# partial() of 1k rows 0.55 vs 1.0, 10k 0.7 vs 1.6, 400k 16 vs 19, 1M 112 vs 45 (50k
-# groups); merge() of 10k state rows 1.1 vs 1.7, 80k 8.3 vs 6.1, 300k 60 vs 23, 1M 208
-# vs 62. A lazy batch's height is unknown until it runs (asking costs ~0.3 ms), and
-# batches rarely reach the ~500k-row break-even, so partial() stays in memory; merge()
-# knows its input size and streams from this many state rows.
+# Engine choice, measured on 2 cores (Mrows/s of a 3-key, 7-aggregate group_by with 10k
+# groups, in-memory vs streaming): 50k rows 18 vs 10, 200k 20 vs 15, 400k 21 vs 20, 1M 20
+# vs 26, 3M 19 vs 37; merge() of 10k state rows 1.1 vs 1.7 ms, 80k 8.3 vs 6.1, 300k 60 vs
+# 23, 1M 208 vs 62. partial() materialises its batch first (it needs the null counts), so
+# it knows the height and streams from the break-even; merge() streams from this many
+# state rows.
 _STREAMING_MERGE_FROM_ROWS = 50_000
+_STREAMING_PARTIAL_FROM_ROWS = 600_000
+# Like DataFusion's skip_partial_aggregation_probe_ratio_threshold: a batch whose state
+# keeps more than this share of its rows is not worth grouping; the next batches go to
+# merge() ungrouped, then a batch is grouped again to probe whether that still holds.
+_SKIP_WHEN_STATE_RATIO = 0.6
+_SKIP_PROBE_MIN_ROWS = 50_000
+_SKIP_BATCHES = 8
 
 _Part = Literal["sum", "n", "min", "max", "count", "first", "last"]
 
@@ -67,7 +74,14 @@ class PartialAggregator:
             [_StatePart(agg.name, part, f"{prefix}{i}_{part}") for part in _PARTS[agg.func]]
             for i, agg in enumerate(plan.aggregates)
         ]
+        self._state_names = [p.name for parts in self._parts for p in parts]
+        # first/last depend on arrival order; keep their batches on the in-memory engine.
+        self._order_free = all(p.part not in ("first", "last") for p in self._all_parts())
         self._state_schema: pl.Schema | None = None
+        self._skip_batches = 0
+
+    def _all_parts(self) -> list[_StatePart]:
+        return [p for parts in self._parts for p in parts]
 
     @property
     def group_by(self) -> tuple[str, ...]:
@@ -81,16 +95,52 @@ class PartialAggregator:
         return self._state_schema
 
     def partial(self, frame: pl.LazyFrame) -> pl.DataFrame:
-        """Pre-aggregate one batch that already carries the group_by columns."""
-        schema = frame.collect_schema()
-        exprs = [
-            _partial_expr(p, schema[p.column]) for parts in self._parts for p in parts
-        ]
-        rows = pl.len().cast(pl.Int64).alias(ROWS)
-        state = self._aggregate(frame, [*exprs, rows]).collect(engine="in-memory")
+        """Pre-aggregate one batch that already carries the group_by columns.
+
+        When batches barely shrink (nearly as many groups as rows), the next ones are
+        not grouped at all: each row becomes its own state row, and merge() does the
+        grouping once. The result is the same; the wasted hashing is not.
+        """
+        rows = frame.collect(engine="in-memory")
+        if self._skip_batches > 0:
+            self._skip_batches -= 1
+            return self._keep(self._row_states(rows))
+        # A non-null count over a column without nulls is the group's row count: take it
+        # from __rows afterwards instead of counting per group (Arrow knows null counts).
+        derived = [p for p in self._all_parts()
+                   if p.part in ("n", "count") and rows.get_column(p.column).null_count() == 0]
+        skip = {p.name for p in derived}
+        exprs = [_partial_expr(p, rows.schema[p.column])
+                 for p in self._all_parts() if p.name not in skip]
+        counted = pl.len().cast(pl.Int64).alias(ROWS)
+        query = self._aggregate(rows.lazy(), [*exprs, counted])
+        if derived:
+            query = query.with_columns(pl.col(ROWS).alias(p.name) for p in derived)
+            query = query.select(*self._group_by, *self._state_names, ROWS)
+        streaming = rows.height >= _STREAMING_PARTIAL_FROM_ROWS and self._order_free
+        state = query.collect(engine="streaming" if streaming else "in-memory")
+        if (self._group_by and self._order_free and rows.height >= _SKIP_PROBE_MIN_ROWS
+                and state.height > _SKIP_WHEN_STATE_RATIO * rows.height):
+            self._skip_batches = _SKIP_BATCHES
+        return self._keep(state)
+
+    def _keep(self, state: pl.DataFrame) -> pl.DataFrame:
         if self._state_schema is None:
             self._state_schema = state.schema
         return state
+
+    def _row_states(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """Each row as a one-row state: what partial() gives a batch of distinct groups."""
+        exprs = []
+        for p in self._all_parts():
+            col = pl.col(p.column)
+            if p.part == "sum":
+                exprs.append(col.cast(_sum_dtype(p.column, rows.schema[p.column])).alias(p.name))
+            elif p.part in ("n", "count"):
+                exprs.append(col.is_not_null().cast(pl.Int64).alias(p.name))
+            else:
+                exprs.append(col.alias(p.name))
+        return rows.select(*self._group_by, *exprs, pl.lit(1, pl.Int64).alias(ROWS))
 
     def merge(self, states: Sequence[pl.DataFrame]) -> pl.DataFrame:
         """Merge states, given in arrival order, into one state of the same schema."""

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit per 
         configure_logging(settings.logging.level, settings.logging.format)
         if args.command == "explain":
             return _explain(settings, args.sample)
-        return _run(settings)
+        return _run(settings, args.config)
     except ConfigError as err:
         for line in str(err).splitlines():
             print(f"consumer: bad configuration: {line}", file=sys.stderr)
@@ -87,25 +87,49 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit per 
         return EXIT_FAILED
 
 
-def _run(settings: Settings) -> int:
-    from consumer.processor import StreamProcessor  # noqa: PLC0415 - keeps --help fast
+def _run(settings: Settings, config_path: Path | None = None) -> int:
+    from consumer.health import ServiceSetupError  # noqa: PLC0415 - keeps --help fast
+    from consumer.processor import StreamProcessor  # noqa: PLC0415
+    from consumer.reload import ConfigReloader  # noqa: PLC0415
+    from consumer.service import start_service  # noqa: PLC0415
 
-    output = settings.output
-    wanted = [*settings.input.topics, output.topic,
-              *(t for t in (output.late_topic, output.dlq_topic) if t)]
-    check_topics(settings.kafka, wanted)
-    processor = StreamProcessor(settings)
+    try:
+        service = start_service(
+            settings.service, os.environ,
+            read_committed=settings.processing.guarantee == "exactly_once")
+    except ServiceSetupError as err:
+        print(f"consumer: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    previous = {signum: signal.getsignal(signum)
+                for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
+    # SIGHUP's default is to terminate: catch it before anything slow happens. The
+    # reload itself runs on the main loop's next turn, not in the handler.
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: service.request_reload())
+    if config_path is not None:
+        service.on_reload(ConfigReloader(config_path, settings).reload)
+    try:
+        output = settings.output
+        check_topics(settings.kafka, [*settings.input.topics, output.topic,
+                                      *(t for t in (output.late_topic, output.dlq_topic) if t)])
+        processor = StreamProcessor(settings, observer=service)
 
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s: finishing the batch in flight, then stopping",
-                 signal.Signals(signum).name)
-        processor.request_stop()
+        def stop(signum: int, _frame: FrameType | None) -> None:
+            log.info("received %s: finishing the batch in flight, then stopping",
+                     signal.Signals(signum).name)
+            service.stopping()  # systemd's STOPPING=1, /readyz 503
+            processor.request_stop()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    log.info("arrowagg consuming %s -> %s (%s, %s windows)", ",".join(settings.input.topics),
-             output.topic, settings.processing.guarantee, settings.window.kind)
-    processor.run()
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        log.info("arrowagg consuming %s -> %s (%s, %s windows)",
+                 ",".join(settings.input.topics), output.topic,
+                 settings.processing.guarantee, settings.window.kind)
+        processor.run()
+    finally:
+        service.stopping()
+        service.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     log.info("stopped cleanly: %s", processor.counters)
     return EXIT_OK
 

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from consumer.plan import AggFunc
@@ -31,10 +40,58 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class SecuritySettings(_Section):
+    """How every client (consumer, producer, admin) authenticates and encrypts.
+
+    Secrets are ``SecretStr`` (never printed); the SASL password can come from the
+    environment (``ARROWAGG_KAFKA__SECURITY__SASL_PASSWORD``) or a file
+    (``sasl_password_file``, e.g. a systemd credential), read when the config is loaded.
+    """
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    sasl_password_file: Path | None = None
+    ssl_ca_location: Path | None = None
+    ssl_certificate_location: Path | None = None
+    ssl_key_location: Path | None = None
+    ssl_key_password: SecretStr | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_password_file(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("sasl_password_file"):
+            return data
+        if data.get("sasl_password"):
+            raise ValueError("give sasl_password or sasl_password_file, not both")
+        path = Path(data["sasl_password_file"])
+        try:
+            password = path.read_text().rstrip("\r\n")
+        except OSError as err:
+            raise ValueError(f"cannot read sasl_password_file {path} ({err.strerror})") from None
+        if not password:
+            raise ValueError(f"sasl_password_file {path} is empty")
+        return {**data, "sasl_password": password}
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if not self.security_protocol.startswith("SASL_"):
+            return self
+        missing = [name for name in ("sasl_mechanism", "sasl_username", "sasl_password")
+                   if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"{self.security_protocol} needs {', '.join(missing)} "
+                             "(the password may come from sasl_password_file or "
+                             "ARROWAGG_KAFKA__SECURITY__SASL_PASSWORD)")
+        return self
+
+
 class KafkaSettings(_Section):
     bootstrap_servers: str = "127.0.0.1:9092"
     group_id: str = "arrowagg"
     client_id: str = "arrowagg"
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
     consumer: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
     producer: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
 
@@ -116,6 +173,9 @@ class ServiceSettings(_Section):
     http_host: str = "127.0.0.1"
     http_port: int | None = Field(default=9464, ge=0, le=65535)  # None: no HTTP server
     statistics_interval_ms: int = Field(default=5_000, ge=0)     # 0: no librdkafka stats
+    # /healthz turns 503 when the main loop has not turned for this long. A turn can take
+    # a whole flush (a transaction commit) or a rebalance callback: keep it generous.
+    liveness_timeout_s: PositiveFloat = 60.0
 
 
 class LoggingSettings(_Section):

@@ -44,6 +44,7 @@ class WindowEngine(Protocol):
     def assign(self, partition: PartitionKey, committed: int | None,
                metadata: CommitMetadata | None, now_ms: int) -> None: ...
     def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None: ...
+    def keep_alive(self, partition: PartitionKey, now_ms: int) -> None: ...
     def revoke(self, partition: PartitionKey) -> None: ...
     def is_replay(self, partition: PartitionKey, offset: int) -> bool: ...
     def replaying(self, partition: PartitionKey) -> bool: ...
@@ -77,6 +78,7 @@ class TimeWindowEngine:
         self._frontier: int | None = None
         self._revisions: dict[int, int] = {}  # window start -> next revision number
         self._replay_until: dict[PartitionKey, int] = {}
+        self._replay_frontier: dict[PartitionKey, int] = {}
         self.late_rows = 0
         self.skipped_replayed_rows = 0
 
@@ -92,6 +94,8 @@ class TimeWindowEngine:
                 self._frontier = max(self._frontier or metadata.frontier, metadata.frontier)
             if self._event_time:
                 self._replay_until[partition] = metadata.position
+                if metadata.frontier is not None:
+                    self._replay_frontier[partition] = metadata.frontier
             restored_max = metadata.max_event_ms
         self._watermarks.assign(partition, now_ms, restored_max)
 
@@ -99,6 +103,7 @@ class TimeWindowEngine:
         self._offsets.revoke(partition)
         self._watermarks.revoke(partition)
         self._replay_until.pop(partition, None)
+        self._replay_frontier.pop(partition, None)
 
     def is_replay(self, partition: PartitionKey, offset: int) -> bool:
         return offset < self._replay_until.get(partition, -1)
@@ -119,15 +124,22 @@ class TimeWindowEngine:
         windowed = with_window_start(frame.lazy().with_columns(self._event_expr(now_ms)),
                                      EVENT_MS, self._spec)
         late = None
-        if self._frontier is not None:
+        if replay:
+            # Replayed rows at or below the frontier their own partition committed were
+            # emitted before the restart. (Another instance's frontier may be higher: rows
+            # between the two were never emitted and must be, so they are not late.)
+            done_through = self._replay_frontier.get(refs[0].partition) if refs else None
+            if done_through is not None:
+                emitted = pl.col(WINDOW_START) + self._spec.size_ms <= done_through
+                self.skipped_replayed_rows += windowed.filter(emitted).select(
+                    pl.len()).collect().item()
+                windowed = windowed.filter(~emitted)
+        elif self._frontier is not None:
             is_late = pl.col(WINDOW_START) + self._spec.size_ms <= self._frontier
             late_frame = windowed.filter(is_late).drop(EVENT_MS).collect()
             if late_frame.height:
-                if replay:
-                    self.skipped_replayed_rows += late_frame.height
-                else:
-                    self.late_rows += late_frame.height
-                    late = late_frame
+                self.late_rows += late_frame.height
+                late = late_frame
             windowed = windowed.filter(~is_late)
         partial = self._aggregator.partial(windowed.drop(EVENT_MS))
         starts = partial.get_column(WINDOW_START).unique().to_list()
@@ -138,6 +150,10 @@ class TimeWindowEngine:
             self._offsets.record(ref.partition, ref.offset, last_end)
             self._watermarks.observe(ref.partition, event_ms, now_ms)
         return late
+
+    def keep_alive(self, partition: PartitionKey, now_ms: int) -> None:
+        """The partition has a backlog not yet consumed: it is not idle."""
+        self._watermarks.observe(partition, None, now_ms)
 
     def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None:
         """A message with no usable rows: done at once, and proof the partition is alive."""
@@ -275,6 +291,9 @@ class CountWindowEngine:
                 self._close_current(now_ms)
         self._add_rows(frame.slice(start, row - start))
         return None
+
+    def keep_alive(self, partition: PartitionKey, now_ms: int) -> None:  # noqa: ARG002
+        self._last_message_ms = now_ms
 
     def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None:
         self._offsets.record(partition, offset, NO_WINDOW)

@@ -1,7 +1,9 @@
 """librdkafka configurations for the daemon's consumer, producer and admin client.
 
-Our settings come first; the raw keys in ``kafka.consumer`` / ``kafka.producer`` are
-applied last, untouched, so an operator can override anything.
+Our settings come first (``kafka.security`` goes to every client); the raw keys in
+``kafka.consumer`` / ``kafka.producer`` are applied last, untouched, so an operator can
+override anything. librdkafka's own log goes to the ``librdkafka`` logger, so it comes out
+in the daemon's log format; librdkafka redacts secrets in its configuration dumps.
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ import logging
 import socket
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from consumer.config import KafkaSettings, ProcessingSettings
+from consumer.config import KafkaSettings, ProcessingSettings, SecuritySettings
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +29,25 @@ def _common(kafka: KafkaSettings) -> dict[str, Any]:
         "bootstrap.servers": kafka.bootstrap_servers,
         "client.id": kafka.client_id,
         "logger": logging.getLogger("librdkafka"),
+        **security_config(kafka.security),
     }
+
+
+def security_config(security: SecuritySettings) -> dict[str, Any]:
+    """The librdkafka keys for ``kafka.security``; unset options are left out."""
+    config: dict[str, Any] = {"security.protocol": security.security_protocol.lower()}
+    paths = {"ssl.ca.location": security.ssl_ca_location,
+             "ssl.certificate.location": security.ssl_certificate_location,
+             "ssl.key.location": security.ssl_key_location}
+    config.update({key: str(path) for key, path in paths.items() if path is not None})
+    if security.ssl_key_password is not None:
+        config["ssl.key.password"] = security.ssl_key_password.get_secret_value()
+    if security.security_protocol.startswith("SASL_"):
+        config["sasl.mechanism"] = security.sasl_mechanism
+        config["sasl.username"] = security.sasl_username
+        if security.sasl_password is not None:
+            config["sasl.password"] = security.sasl_password.get_secret_value()
+    return config
 
 
 def instance_id(processing: ProcessingSettings) -> str:
@@ -61,6 +81,9 @@ def producer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dic
         "acks": "all",
         "linger.ms": 5,
         "compression.type": "none",  # output values are Arrow-compressed already
+        # librdkafka's default "rebootstrap" left send_offsets_to_transaction blocked for
+        # good after a full broker outage (its timeout never fired); "none" rides it out.
+        "metadata.recovery.strategy": "none",
     }
     if processing.guarantee == "exactly_once":
         config["transactional.id"] = f"{kafka.group_id}-{instance_id(processing)}"
@@ -69,20 +92,44 @@ def producer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dic
 
 
 def check_topics(kafka: KafkaSettings, topics: list[str], *, timeout_s: float = 5.0) -> None:
-    """Fail fast, with one line, when the broker does not answer or a topic is missing."""
-    admin = AdminClient({**_common(kafka), **_admin_keys(kafka)})
+    """Fail fast, with one line, when the broker does not answer, refuses our credentials
+    or a topic is missing."""
+    errors: list[KafkaError] = []
+    # The client's own log would repeat the failure once per retry; its errors are
+    # collected instead and summed up in the one line below.
+    config: dict[str, Any] = {**_common(kafka), **_admin_keys(kafka), "log_level": 0,
+                              "error_cb": errors.append}
+    admin = AdminClient(config)
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        raise KafkaSetupError(
-            f"cannot reach Kafka at {kafka.bootstrap_servers} within {timeout_s:.0f}s "
-            f"({exc.args[0].str()}); check kafka.bootstrap_servers or KAFKA_BOOTSTRAP_SERVERS"
-        ) from exc
+        admin.poll(0.1)  # serves error_cb
+        raise KafkaSetupError(_unreachable(kafka, timeout_s, exc.args[0], errors)) from exc
     missing = [t for t in topics if t not in metadata.topics]
     if missing:
         raise KafkaSetupError(
             f"topic(s) {', '.join(missing)} do not exist on {kafka.bootstrap_servers}; "
             "create them (the daemon does not create topics)")
+
+
+def _unreachable(kafka: KafkaSettings, timeout_s: float, error: KafkaError,
+                 seen: list[KafkaError]) -> str:
+    where = kafka.bootstrap_servers
+    auth = next((e for e in seen if e.code() == KafkaError._AUTHENTICATION), None)
+    if auth is not None:
+        return (f"Kafka at {where} refused to authenticate us ({_reason(auth)}); check "
+                "kafka.security: security_protocol, sasl_mechanism, sasl_username, "
+                "sasl_password (or its file / ARROWAGG_KAFKA__SECURITY__SASL_PASSWORD)")
+    detail = _reason(seen[0]) if seen else error.str()
+    return (f"cannot reach Kafka at {where} within {timeout_s:.0f}s ({detail}); "
+            "check kafka.bootstrap_servers or KAFKA_BOOTSTRAP_SERVERS")
+
+
+def _reason(error: KafkaError) -> str:
+    """librdkafka's message without the broker prefix and the '(after Nms in state X)'."""
+    head, sep, rest = error.str().partition(": ")
+    text = rest if sep and "://" in head else error.str()
+    return text.split(" (after ", 1)[0]
 
 
 def _admin_keys(kafka: KafkaSettings) -> dict[str, Any]:

@@ -138,6 +138,7 @@ class StreamProcessor:
                     self._rewind()  # what this poll returned predates the rewind
                     continue
                 self._process(messages)
+                self._keep_backlogged_alive()
                 self._flush_due()
                 self._report()
             self._flush_due(force=True)
@@ -164,7 +165,7 @@ class StreamProcessor:
         log.info("revoked %s", _names(partitions))
         self._observer.revoked([(tp.topic, tp.partition) for tp in partitions])
         self._observer.rebalanced()
-        if self._engine is not None and not self._rewind_needed:
+        if self._engine is not None and not self._rewind_needed and not self._closing:
             self._flush_due(force=True)  # commit what is done before the partitions go
         for tp in partitions:
             self._forget((tp.topic, tp.partition))
@@ -190,7 +191,9 @@ class StreamProcessor:
 
     def _process(self, messages: list[Message]) -> None:
         now = self._clock()
-        batches: dict[bool, tuple[list[pa.Table], list[MessageRef]]] = {}
+        # Replayed input is added per partition (its own committed frontier decides what
+        # was emitted); new input all at once.
+        batches: dict[PartitionKey | None, tuple[list[pa.Table], list[MessageRef]]] = {}
         for message in messages:
             error = message.error()
             if error is not None:
@@ -203,15 +206,16 @@ class StreamProcessor:
             offset = message.offset() or 0
             engine = self._require_engine()
             replay = engine.is_replay(key, offset)
-            tables, refs = batches.setdefault(replay, ([], []))
+            tables, refs = batches.setdefault(key if replay else None, ([], []))
             tables.append(decoded.table)
             refs.append(MessageRef(key, offset, decoded.table.num_rows, decoded.max_event_ms))
             self.counters.rows += decoded.table.num_rows
             self._observer.consumed(key, 1, decoded.table.num_rows, len(message.value() or b""))
-        for replay in sorted(batches, reverse=True):  # replayed input comes first
-            tables, refs = batches[replay]
-            frame = pl.DataFrame(pa.concat_tables(tables))
-            late = self._require_engine().add(frame, refs, now, replay=replay)
+        for bucket in sorted(batches, key=lambda b: b is None):  # replayed input first
+            tables, refs = batches[bucket]
+            frame = pl.from_arrow(pa.concat_tables(tables), rechunk=False)
+            assert isinstance(frame, pl.DataFrame)  # noqa: S101 - a Table gives a frame
+            late = self._require_engine().add(frame, refs, now, replay=bucket is not None)
             if late is not None:
                 self._late(late)
 
@@ -322,6 +326,19 @@ class StreamProcessor:
         for window in closed:
             log.info("emitted window [%d, %d): %d groups from %d rows", window.start_ms,
                      window.end_ms, window.frame.height, window.input_rows)
+
+    def _keep_backlogged_alive(self) -> None:
+        """A partition with input waiting on the broker is behind, not idle: without this
+        a backlog (or a slow fetch) would close windows early and turn its rows late."""
+        if self._engine is None or not self._assigned:
+            return
+        now = self._clock()
+        positions = self._consumer.position(
+            [TopicPartition(t, p) for t, p in self._assigned])
+        for tp in positions:
+            _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            if tp.offset >= 0 and high > tp.offset:
+                self._engine.keep_alive((tp.topic, tp.partition), now)
 
     def _report(self) -> None:
         self._observer.loop_turned(self._clock())

@@ -82,16 +82,27 @@ class WindowStore:
     def _pop(self, starts: list[int]) -> list[ClosedWindow]:
         if not starts:
             return []
-        self._merge()
-        assert self._state is not None  # noqa: S101 - _ends is non-empty only with state
-        due = pl.col(WINDOW_START).is_in(starts)
-        closing = self._state.filter(due)
-        self._state = self._state.filter(~due)
+        parts = self._pending if self._state is None else [self._state, *self._pending]
+        if len(starts) == len(self._ends):  # every open window closes
+            closing = self._aggregator.merge(parts)
+            self._state, self._pending = None, []
+        else:
+            # Merge only the closing windows' rows. The open windows' rows stay as they
+            # are (the state still merged, the partials still pending) rather than being
+            # re-aggregated at every close.
+            due = pl.col(WINDOW_START).is_in(starts)
+            closing = self._aggregator.merge([p.filter(due) for p in parts])
+            kept = [p.filter(~due) for p in parts]
+            if self._state is not None:
+                self._state, kept = kept[0], kept[1:]
+            self._pending = [p for p in kept if p.height]
         results = self._aggregator.finalize(closing)
+        if len(starts) == 1:  # the usual case: no need to split (and copy) the result
+            by_start = {(starts[0],): results} if results.height else {}
+        else:
+            by_start = results.partition_by(WINDOW_START, as_dict=True, maintain_order=False)
         closed = []
-        for (start,), frame in results.partition_by(
-            WINDOW_START, as_dict=True, maintain_order=False
-        ).items():
+        for (start,), frame in by_start.items():
             end = self._ends.pop(int(start))
             closed.append(_closed(int(start), end, frame))
         for start in starts:

@@ -31,14 +31,17 @@ SENSOR_SCHEMA: Final = pa.schema([
 _DRAWS: Final = ("u_ts", "u_count", "u_mean", "u_spread", "u_power", "u_error")
 
 
-def sensor_batch(*, rows: int, groups: int, start_ms: int, span_ms: int, seed: int) -> pa.Table:
+def sensor_batch(
+    *, rows: int, groups: int, start_ms: int, span_ms: int, seed: int, first_group: int = 0
+) -> pa.Table:
     """One worker's batch of ``rows`` pre-aggregated readings, in ``SENSOR_SCHEMA``.
 
-    Rows cycle through ``groups`` distinct (site, sensor) pairs, eight sensors a site, so
-    a batch of at least ``groups`` rows holds every pair. ``ts`` is uniform in
-    ``[start_ms, start_ms + span_ms)``. Each row summarises 1 to 10 readings consistently
-    (``reading_min <= reading_sum / reading_count <= reading_max``); about 3% of rows
-    carry one error.
+    Rows cycle through ``groups`` distinct (site, sensor) pairs, eight sensors a site,
+    starting at pair ``first_group`` (mod ``groups``), so a batch of at least ``groups``
+    rows holds every pair and consecutive batches can take turns through many pairs.
+    ``ts`` is uniform in ``[start_ms, start_ms + span_ms)``. Each row summarises 1 to 10
+    readings consistently (``reading_min <= reading_sum / reading_count <=
+    reading_max``); about 3% of rows carry one error.
     """
     if rows < 0 or groups < 1 or span_ms < 1:
         raise ValueError(
@@ -46,7 +49,7 @@ def sensor_batch(*, rows: int, groups: int, start_ms: int, span_ms: int, seed: i
         )
     draws = _uniform_draws(rows, seed)
     site_digits = max(2, len(str((groups - 1) // SENSORS_PER_SITE)))
-    group = pl.int_range(0, rows, dtype=pl.Int64) % groups
+    group = (pl.int_range(0, rows, dtype=pl.Int64) + first_group) % groups
     # Each sensor has its own level, so the per-group aggregates differ visibly.
     mean = 15.0 + (group % 97) * 0.25 + (pl.col("u_mean") - 0.5) * 4.0
     spread = pl.col("u_spread") * 3.0

@@ -87,11 +87,19 @@ def encode_for_size(
         raise ValueError(f"max_bytes must be positive, got {max_bytes}")
     if table.num_rows == 0:
         return []
-    whole = encode_ipc_stream(table, compression)
-    if len(whole) <= max_bytes:
-        return [whole]
     overhead = len(encode_ipc_stream(table.slice(0, 0), compression))
-    rows = _rows_that_fit(table.num_rows, len(whole), max_bytes, overhead)
+    if table.nbytes > _PROBE_FROM * max_bytes:
+        # Far too big for one message: estimate the split from a prefix instead of
+        # encoding (and compressing) the whole table once only to learn it does not fit.
+        probe_rows = max(1, table.num_rows * 2 * max_bytes // table.nbytes)
+        probe = encode_ipc_stream(_compact_views(table.slice(0, probe_rows)), compression)
+        per_row = max(len(probe) - overhead, 1) / probe_rows
+        rows = max(1, int(0.9 * max(max_bytes - overhead, 0) / per_row))
+    else:
+        whole = encode_ipc_stream(table, compression)
+        if len(whole) <= max_bytes:
+            return [whole]
+        rows = _rows_that_fit(table.num_rows, len(whole), max_bytes, overhead)
     streams: list[bytes] = []
     offset = 0
     while offset < table.num_rows:
@@ -109,6 +117,25 @@ def encode_for_size(
         else:
             rows = _rows_that_fit(piece.num_rows, len(encoded), max_bytes, overhead)
     return streams
+
+
+# A table whose in-memory size is this many times the limit is split without first being
+# encoded whole (Arrow IPC compression rarely shrinks tabular data tenfold).
+_PROBE_FROM: Final = 10
+
+
+def dictionary_keys(table: pa.Table) -> pa.Table:
+    """``table`` with its top-level string columns dictionary-encoded, for the wire.
+
+    Group keys repeat: a dictionary sends each distinct value once per message, and the
+    daemon groups on its integer codes (Polars categoricals) instead of hashing strings.
+    Any reader of Arrow decodes it to the same values; the daemon accepts both forms.
+    """
+    for index, field in enumerate(table.schema):
+        if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            column = table.column(index).dictionary_encode()
+            table = table.set_column(index, field.with_type(column.type), column)
+    return table
 
 
 _VIEW_TO_PLAIN: Final = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}

@@ -331,3 +331,48 @@ def test_keys_only_plan_counts_rows() -> None:
     plan = AggregationPlan(("k",), (), (), None)
     got = run(PartialAggregator(plan, ("k",)), [pl.DataFrame({"k": ["a", "a", "b"]})])
     assert_frame_equal(got.sort("k"), pl.DataFrame({"k": ["a", "b"], "row_count": [2, 1]}))
+
+
+# -- batches of nearly distinct groups skip the partial grouping ---------------------------
+
+ORDER_FREE_PLAN = derive_plan(
+    INPUT_SCHEMA, keys=["host", "region"], overrides={"hits": "count", "avg_x": "mean"})
+ORDER_FREE_SQL = """
+SELECT window_start, host, region,
+       CAST(SUM(bytes_sum) AS BIGINT) AS bytes_sum, MIN(lat_min) AS lat_min,
+       MAX(lat_max) AS lat_max, SUM(temp) AS temp, COUNT(hits) AS hits, AVG(avg_x) AS avg_x,
+       CAST(SUM(code) AS BIGINT) AS code, COUNT(*) AS row_count
+FROM rows
+GROUP BY window_start, host, region
+"""
+
+
+def distinct_batch(rows: int, seed: int) -> pl.DataFrame:
+    """``rows`` rows over about ``rows`` groups (some repeated), nulls in every column."""
+    pick = (pl.int_range(0, rows) * 7919 + seed) % (rows + rows // 10)
+    nulls = pick % 13 == 0
+    frame = pl.select(
+        window_start=(pick % 2).cast(pl.Int64),
+        host=pl.when(pick % 17 == 0).then(None).otherwise(pick.cast(pl.String)),
+        region=pl.when(pick % 2 == 0).then(pl.lit("eu")).otherwise(pl.lit("us")),
+        bytes_sum=pl.when(nulls).then(None).otherwise(pick),
+        lat_min=pl.when(nulls).then(None).otherwise(pick % 1000).cast(pl.Int32),
+        lat_max=(pick % 97).cast(pl.Float64),
+        temp=pl.when(nulls).then(None).otherwise(pick * 0.5),
+        hits=pl.when(nulls).then(None).otherwise(pick),
+        avg_x=pick.cast(pl.Float64) / 4,
+        label=pl.lit("x"),
+        code=pl.when(nulls).then(None).otherwise(pick % 100).cast(pl.Int16),
+    )
+    return frame.select(ROW_SCHEMA.names()).cast(ROW_SCHEMA)
+
+
+def test_batches_of_distinct_groups_give_the_sql_result() -> None:
+    aggregator = PartialAggregator(ORDER_FREE_PLAN, GROUP_BY)
+    batches = [distinct_batch(60_000, seed) for seed in range(4)]
+    states = [aggregator.partial(batch.lazy()) for batch in batches]
+    assert states[1].height == batches[1].height  # after the probe, rows pass ungrouped
+    assert {s.schema == aggregator.state_schema for s in states} == {True}
+    got = aggregator.finalize(aggregator.merge(states))
+    reference = duckdb_reference(pl.concat(batches), ORDER_FREE_SQL)
+    assert_same_groups(got, reference, GROUP_BY)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -14,8 +19,10 @@ import pytest
 from confluent_kafka import Producer
 
 from consumer.config import Settings, settings_from_dict
+from consumer.observer import ProcessorObserver
 from consumer.processor import StreamProcessor
 from producer.wire import encode_ipc_stream, message_headers, schema_fingerprint
+from tests.conftest import KAFKA_LOCAL, REPO
 
 
 def daemon_settings(bootstrap: str, input_topic: str, output_topic: str,
@@ -87,3 +94,65 @@ def wait_for(condition: Callable[[], bool], *, timeout_s: float, what: str) -> N
             return
         time.sleep(0.2)
     pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+
+
+# -- the service side: an observed daemon, and a broker with a SCRAM listener -----------
+
+
+@contextmanager
+def running_observed_daemon(settings: Settings,
+                            observer: ProcessorObserver) -> Iterator[RunningDaemon]:
+    """``running_daemon`` with an observer (metrics, health, systemd notify)."""
+    processor = StreamProcessor(settings, observer=observer)
+    daemon = RunningDaemon(processor, threading.Thread())
+
+    def target() -> None:
+        try:
+            processor.run()
+        except BaseException as err:  # noqa: BLE001 - handed to the test thread
+            daemon.error = err
+
+    daemon.thread = threading.Thread(target=target, name="arrowagg-daemon", daemon=True)
+    daemon.thread.start()
+    try:
+        yield daemon
+    finally:
+        processor.request_stop()
+        daemon.thread.join(60)
+        assert not daemon.thread.is_alive(), "the daemon did not stop within 60s"
+    if daemon.error is not None:
+        raise daemon.error
+
+
+@dataclass(frozen=True)
+class ScramBroker:
+    bootstrap: str        # PLAINTEXT: for the test's own admin, producer and reader
+    sasl_bootstrap: str   # SASL_PLAINTEXT with SCRAM-SHA-256: for the daemon
+    username: str
+    password: str
+
+
+@pytest.fixture(scope="session")
+def scram_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScramBroker]:
+    """A second local broker, in its own KAFKA_LOCAL_DIR (the session broker is left
+    alone), with a SASL_PLAINTEXT listener and one SCRAM-SHA-256 user."""
+    state = tmp_path_factory.mktemp("kafka-scram")
+    jars = Path(os.environ.get("KAFKA_LOCAL_DIR", REPO / ".kafka-local")) / "lib"
+    if (jars / ".pom-sha256").exists():
+        (state / "lib").symlink_to(jars.resolve())  # the session broker's jars: no Maven
+    env = {**os.environ, "KAFKA_LOCAL_DIR": str(state)}
+    user, password = "arrowagg", f"pw-{uuid.uuid4().hex}"
+
+    def kafka_local(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(KAFKA_LOCAL), *args], env=env,
+                              capture_output=True, text=True, check=False, timeout=180)
+
+    started = kafka_local("start", "--scram", f"{user}:{password}")
+    if started.returncode != 0:
+        kafka_local("stop")
+        pytest.fail(f"scripts/kafka-local start --scram failed:\n{started.stderr}")
+    sasl, plain = started.stdout.strip().splitlines()[-2:]
+    try:
+        yield ScramBroker(plain, sasl, user, password)
+    finally:
+        kafka_local("stop")

@@ -1,0 +1,175 @@
+"""``python -m bench`` (``make bench``): run the sections, print and write the results."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from bench import e2e, kernel, latency, memory, payloads, report
+from bench.broker import broker, delete_topics, kafka_version
+from bench.machine import describe, machine_info
+from bench.sizes import FULL, SMOKE, Sizes
+
+SECTIONS = ("kernel", "e2e", "memory", "latency")
+DEFAULT_QUIX = report.REPO / ".venv" / "quix" / "bin" / "python"
+TEXT = Path(__file__).resolve().parent / "text"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    sizes = SMOKE if args.smoke else FULL
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    quix = Path(os.environ.get("BENCH_QUIX_PYTHON", str(DEFAULT_QUIX)))
+    started = time.monotonic()
+    info = machine_info(quix)
+    print(describe(info), flush=True)
+    results: dict[str, Any] = {
+        "machine": info, "sizes": "smoke" if args.smoke else "full",
+        "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    if "kernel" in sections:
+        results["kernel"] = run_kernel(sizes)
+    if "memory" in sections:
+        results["memory"] = run_memory(sizes)
+    if {"e2e", "latency"} & set(sections):
+        with broker() as bootstrap:
+            results["kafka"] = kafka_version(bootstrap)
+            if "e2e" in sections:
+                results["e2e"] = run_e2e(bootstrap, sizes, quix)
+            if "latency" in sections:
+                results["latency"] = run_latency(bootstrap, sizes)
+    results["wall_s"] = time.monotonic() - started
+    write_outputs(results, Path(args.results), Path(args.doc), plot=not args.no_plot)
+    print(f"wall time {results['wall_s']:.0f} s", flush=True)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (the smoke test)")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated subset of {','.join(SECTIONS)}")
+    parser.add_argument("--results", default=str(report.RESULTS), help="JSON directory")
+    parser.add_argument("--doc", default=str(report.DOC), help="the markdown to write")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib)")
+    return parser
+
+
+def _step(what: str) -> None:
+    print(f"-- {what}", flush=True)
+
+
+def run_kernel(sizes: Sizes) -> list[dict[str, Any]]:
+    cases = []
+    for case in sizes.kernel_cases:
+        for encoding in payloads.ENCODINGS:
+            _step(f"kernel: {case.name}, {encoding} keys")
+            built = payloads.build(case, encoding)
+            figures = kernel.measure(built, repetitions=case.repetitions,
+                                     poll_messages=sizes.poll_messages)
+            cases.append(figures)
+            ours = figures["peers"]["arrowagg"]["rows_per_s"]
+            print("   " + ", ".join(
+                f"{report.PEER_NAMES[p]} {f['rows_per_s'] / 1e6:.1f} Mrows/s "
+                f"({ours / f['rows_per_s']:.2f}x)" for p, f in figures["peers"].items()),
+                flush=True)
+    return cases
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    middle = statistics.median_low([r["seconds"] for r in runs])
+    chosen = next(r for r in runs if r["seconds"] == middle)
+    return {**chosen, "runs_s": [r["seconds"] for r in runs]}
+
+
+def run_e2e(bootstrap: str, sizes: Sizes, quix: Path) -> dict[str, Any]:
+    encodings: dict[str, Any] = {}
+    for encoding in payloads.ENCODINGS:
+        _step(f"e2e: filling a {sizes.e2e_partitions}-partition topic, {encoding} keys")
+        topic = e2e.prepare(bootstrap, encoding, sizes.e2e_bytes, sizes.e2e_partitions)
+        readers: dict[str, Callable[[], dict[str, Any]]] = {
+            "raw_daemon_batches": partial(e2e.run_raw, bootstrap, topic, batch=500),
+            "raw_small_batches": partial(e2e.run_raw, bootstrap, topic, batch=32),
+            "daemon": partial(e2e.run_daemon, bootstrap, topic),
+        }
+        figures = {}
+        for name, run in readers.items():
+            figures[name] = _median_run([run() for _ in range(sizes.e2e_repetitions)])
+            print(f"   {name}: {figures[name]['seconds']:.2f} s, "
+                  f"{figures[name]['mb_per_s']:.0f} MB/s", flush=True)
+        encodings[encoding] = figures
+        delete_topics(bootstrap, [topic.name])
+    return {"encodings": encodings, "quix": run_quix(bootstrap, sizes, quix)}
+
+
+def run_quix(bootstrap: str, sizes: Sizes, quix: Path) -> dict[str, Any]:
+    encoding: payloads.Encoding = "plain"  # what a Quix user's pyarrow workers would send
+    if sizes.quix_rows == 0:
+        return {"encoding": encoding, "skipped": "not run at these sizes"}
+    if not quix.exists():
+        return {"encoding": encoding,
+                "skipped": "no Quix interpreter (make bench installs one in .venv/quix)"}
+    _step(f"e2e: Quix Streams on a {sizes.quix_rows:,}-row slice")
+    figures = {**e2e.run_quix(bootstrap, quix, sizes.quix_rows, encoding), "encoding": encoding}
+    print(f"   quix: {figures['rows_per_s']:,.0f} rows/s", flush=True)
+    return figures
+
+
+def run_memory(sizes: Sizes) -> dict[str, Any]:
+    fixed_groups = sizes.memory_groups[0]
+    fixed, sweep = [], []
+    for nbytes in sizes.memory_bytes:
+        _step(f"memory: {nbytes / 1e9:.2f} GB at {fixed_groups:,} groups")
+        fixed.append(memory.measure(nbytes, fixed_groups, sizes.poll_messages))
+        print(f"   steady {fixed[-1]['steady_rss_mb']:.0f} MB, "
+              f"peak {fixed[-1]['peak_rss_mb']:.0f} MB", flush=True)
+    for groups in sizes.memory_groups[1:]:
+        _step(f"memory: {sizes.memory_bytes[0] / 1e9:.2f} GB at {groups:,} groups")
+        sweep.append(memory.measure(sizes.memory_bytes[0], groups, sizes.poll_messages))
+        print(f"   steady {sweep[-1]['steady_rss_mb']:.0f} MB, "
+              f"peak {sweep[-1]['peak_rss_mb']:.0f} MB", flush=True)
+    return {"fixed": fixed, "sweep": [fixed[0], *sweep]}
+
+
+def run_latency(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
+    runs = {}
+    for name, processing, consumer in (
+        ("defaults", {}, {}),
+        ("tuned", {"poll_timeout_ms": 20}, {"fetch.wait.max.ms": 10}),
+    ):
+        _step(f"latency: {sizes.latency_s:.0f} s at {sizes.latency_messages_per_s} msg/s, "
+              f"{name}")
+        runs[name] = latency.measure(
+            bootstrap, seconds=sizes.latency_s, window_ms=sizes.latency_window_ms,
+            messages_per_s=sizes.latency_messages_per_s,
+            rows_per_message=sizes.latency_rows_per_message,
+            processing=processing, consumer=consumer)
+        print(f"   p50 {runs[name]['p50_ms']:.0f} ms, p99 {runs[name]['p99_ms']:.0f} ms",
+              flush=True)
+    return runs
+
+
+def write_outputs(results: dict[str, Any], directory: Path, doc: Path, *, plot: bool) -> None:
+    for path in report.write_json(results, directory):
+        print(f"wrote {path.name}", flush=True)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    if plot:
+        report.plot(results, doc.parent / report.PLOT_NAME)
+    method = (TEXT / "method.md").read_text()
+    findings = (TEXT / "findings.md").read_text()
+    doc.write_text(report.markdown(results, method=method, findings=findings, plot=plot))
+    for target, measured, met in report.targets(results):
+        verdict = "n/a" if met is None else ("met" if met else "NOT met")
+        print(f"target: {target}: {measured} ({verdict})", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""End to end through the real broker: a pre-filled topic, drained by three readers.
+
+- the daemon (``StreamProcessor``, the shipped defaults): from its partition assignment
+  until every window of the data is committed to the output topic;
+- a raw confluent-kafka consumer with the daemon's consumer settings that only reads
+  (the practical ceiling), from its assignment to its last message;
+- a Quix Streams application doing the same windowed aggregation (``bench/quix_app.py``,
+  in its own interpreter), on a fixed slice: its figure is per row.
+
+A one-row sentinel per partition, in a far later window, closes every window of the
+data, so no reader waits for an idle timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from bench.broker import create_topic, delete_topics, fill
+from bench.payloads import WINDOW_MS, Encoding, Payloads, build, sentinel
+from bench.sizes import KernelCase
+from consumer.config import Settings, settings_from_dict
+from consumer.kafka_clients import consumer_config
+from consumer.observer import NullObserver
+from consumer.offsets import PartitionKey
+from consumer.processor import StreamProcessor
+from consumer.window_store import ClosedWindow
+
+ROWS_PER_MESSAGE = 12_000  # ~1 MB a message: what the publisher's default limit makes
+GROUPS = 10_000
+MESSAGES_PER_WINDOW = 50
+QUIX_SCRIPT = Path(__file__).resolve().parent / "quix_app.py"
+
+
+@dataclass
+class Topic:
+    name: str
+    payloads: Payloads
+    partitions: int
+    messages: int  # sentinels included
+    nbytes: int
+    windows: int
+
+
+def prepare(bootstrap: str, encoding: Encoding, target_bytes: int, partitions: int,
+            *, rows_per_message: int = ROWS_PER_MESSAGE, groups: int = GROUPS,
+            messages_per_window: int = MESSAGES_PER_WINDOW) -> Topic:
+    """A topic holding at least ``target_bytes`` of input, messages spread round-robin."""
+    probe = build(KernelCase("probe", 1, rows_per_message, groups, 1), encoding)
+    messages = max(math.ceil(target_bytes / probe.nbytes), messages_per_window)
+    messages = math.ceil(messages / messages_per_window) * messages_per_window
+    case = KernelCase(f"e2e {encoding}", messages, rows_per_message, groups,
+                      messages_per_window)
+    payloads = build(case, encoding)
+    name = create_topic(bootstrap, f"e2e-{encoding}", partitions)
+    last = sentinel(encoding, payloads.windows + 10)
+    values = [(i % partitions, v) for i, v in enumerate(payloads.values)]
+    fill(bootstrap, name, [*values, *((p, last) for p in range(partitions))])
+    return Topic(name, payloads, partitions, messages + partitions,
+                 payloads.nbytes + partitions * len(last), payloads.windows)
+
+
+def daemon_settings(bootstrap: str, topic: str, output: str, **processing: Any) -> Settings:
+    return settings_from_dict({
+        "kafka": {"bootstrap_servers": bootstrap, "group_id": f"bench-{uuid.uuid4().hex[:8]}"},
+        "input": {"topics": [topic]},
+        "output": {"topic": output},
+        "window": {"kind": "tumbling", "time": "event", "timestamp_column": "ts",
+                   "size_ms": WINDOW_MS},
+        "processing": {"instance_id": f"bench-{uuid.uuid4().hex[:8]}", **processing},
+        "service": {"http_port": None, "statistics_interval_ms": 0},
+    })
+
+
+@dataclass
+class Watch(NullObserver):
+    """Times the first consumed message and every committed window."""
+
+    assigned_at: float | None = None
+    first_consumed: float | None = None
+    windows: int = 0
+    last_commit: float | None = None
+    polls: int = 0
+    messages: int = 0
+    committed_at: list[tuple[ClosedWindow, int, int]] = field(default_factory=list)
+
+    def assigned(self, partitions: Sequence[PartitionKey]) -> None:
+        if self.assigned_at is None and partitions:
+            self.assigned_at = time.perf_counter()
+
+    def consumed(self, partition: PartitionKey, messages: int, rows: int,  # noqa: ARG002
+                 nbytes: int) -> None:  # noqa: ARG002
+        if self.first_consumed is None:
+            self.first_consumed = time.perf_counter()
+        self.messages += messages
+
+    def loop_turned(self, now_ms: int) -> None:  # noqa: ARG002
+        self.polls += 1
+
+    def committed(self, windows: Sequence[ClosedWindow], closed_at_ms: int,
+                  committed_at_ms: int) -> None:
+        if windows:
+            self.windows += len(windows)
+            self.last_commit = time.perf_counter()
+            self.committed_at += [(w, closed_at_ms, committed_at_ms) for w in windows]
+
+
+class DaemonThread:
+    """``StreamProcessor.run`` in a thread, as tests/integration/conftest.py runs it."""
+
+    def __init__(self, settings: Settings, watch: Watch) -> None:
+        self.processor = StreamProcessor(settings, observer=watch)
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="bench-daemon", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.processor.run()
+        except BaseException as err:  # noqa: BLE001 - handed to the bench thread
+            self.error = err
+
+    def __enter__(self) -> DaemonThread:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.processor.request_stop()
+        self._thread.join(120)
+        if self.error is not None:
+            raise self.error
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+def run_daemon(bootstrap: str, topic: Topic, *, timeout_s: float = 600) -> dict[str, Any]:
+    output = create_topic(bootstrap, "out", 1)
+    watch = Watch()
+    try:
+        with DaemonThread(daemon_settings(bootstrap, topic.name, output), watch) as daemon:
+            deadline = time.monotonic() + timeout_s
+            while watch.windows < topic.windows:
+                if not daemon.alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"daemon emitted {watch.windows}/{topic.windows} windows")
+                time.sleep(0.01)
+    finally:
+        delete_topics(bootstrap, [output])
+    assert watch.assigned_at is not None  # noqa: S101
+    assert watch.last_commit is not None  # noqa: S101
+    seconds = watch.last_commit - watch.assigned_at
+    return _rates(topic, seconds, {"windows": watch.windows,
+                                   "messages_per_poll": watch.messages / max(watch.polls, 1)})
+
+
+def run_raw(bootstrap: str, topic: Topic, *, batch: int) -> dict[str, Any]:
+    """Read every message with ``consume(batch, 0.2)``; touch only its length."""
+    settings = daemon_settings(bootstrap, topic.name, "unused")
+    consumer = Consumer({k: v for k, v in consumer_config(settings.kafka, settings.processing)
+                         .items() if k != "logger"})
+    first: list[float] = []
+    consumer.subscribe([topic.name], on_assign=lambda _c, _p: first.append(time.perf_counter()))
+    seen = nbytes = 0
+    try:
+        while seen < topic.messages:
+            for message in consumer.consume(batch, 0.2):
+                if message.error() is not None:
+                    continue
+                seen += 1
+                nbytes += len(message.value() or b"")
+        last = time.perf_counter()
+    finally:
+        consumer.close()
+    return _rates(topic, last - first[0], {"bytes_read": nbytes})
+
+
+def run_quix(bootstrap: str, python: Path, rows: int, encoding: Encoding) -> dict[str, Any]:
+    """Quix Streams on a fixed slice in one partition: 2 messages a window of 10k rows."""
+    per_message = 10_000
+    case = KernelCase("quix slice", max(2, rows // per_message), per_message, GROUPS, 2)
+    payloads = build(case, encoding)
+    name = create_topic(bootstrap, "quix", 1)
+    values = [(0, v) for v in payloads.values]
+    fill(bootstrap, name, [*values, (0, sentinel(encoding, payloads.windows + 10))])
+    expected = payloads.windows * GROUPS
+    try:
+        done = subprocess.run(
+            [str(python), str(QUIX_SCRIPT), bootstrap, name, str(expected), str(WINDOW_MS),
+             "60"], capture_output=True, text=True, check=False, timeout=1800)
+    finally:
+        delete_topics(bootstrap, [name])
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the Quix app failed: {done.stderr.strip()[-800:]}")
+    result = json.loads(lines[-1])
+    if result["results"] < expected or not result["seconds"]:
+        raise RuntimeError(f"Quix emitted {result['results']} of {expected} window results")
+    seconds = float(result["seconds"])
+    topic = Topic(name, payloads, 1, len(values) + 1, payloads.nbytes, payloads.windows)
+    return _rates(topic, seconds, {"results": result["results"]})
+
+
+def _rates(topic: Topic, seconds: float, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"seconds": seconds, "rows": topic.payloads.rows, "bytes": topic.nbytes,
+            "rows_per_s": topic.payloads.rows / seconds, "mb_per_s": topic.nbytes / seconds / 1e6,
+            **extra}

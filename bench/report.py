@@ -1,0 +1,283 @@
+"""Results out: ``bench/results/*.json`` and ``docs/benchmarks.md`` with its plot."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.machine import describe
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+DOC = REPO / "docs" / "benchmarks.md"
+PLOT_NAME = "benchmarks.png"
+
+PEER_NAMES = {"arrowagg": "arrowagg", "datafusion": "DataFusion", "duckdb": "DuckDB",
+              "polars_naive": "naive Polars"}
+
+
+def write_json(results: dict[str, Any], directory: Path = RESULTS) -> list[Path]:
+    """One file per section plus ``all.json``; each is replaced, never appended to."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, body in [("all", results), *((k, results[k]) for k in
+                                           ("kernel", "e2e", "memory", "latency") if k in results)]:
+        path = directory / f"{name}.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(body, indent=1, default=str) + "\n")
+        tmp.replace(path)
+        written.append(path)
+    return written
+
+
+# -- the headline ------------------------------------------------------------------------
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    """(target, what was measured, met) for every target the issue names."""
+    rows: list[tuple[str, str, bool | None]] = []
+    for case in results.get("kernel", []):
+        peers = case["peers"]
+        ours = peers["arrowagg"]["rows_per_s"]
+        label = f"{case['case']}, {case['encoding']}"
+        for peer, goal in (("datafusion", 1.5), ("polars_naive", 3.0)):
+            ratio = ours / peers[peer]["rows_per_s"]
+            rows.append((f"kernel >= {goal}x {PEER_NAMES[peer]} ({label})",
+                         f"{ratio:.2f}x", ratio >= goal))
+    e2e = results.get("e2e", {})
+    for encoding, readers in e2e.get("encodings", {}).items():
+        ratio = readers["daemon"]["rows_per_s"] / _ceiling(readers)["rows_per_s"]
+        rows.append((f"end to end >= 0.8x raw consume ({encoding})", f"{ratio:.2f}x",
+                     ratio >= 0.8))
+    if quix := e2e.get("quix"):
+        if "rows_per_s" in quix:
+            daemon = e2e["encodings"][quix["encoding"]]["daemon"]["rows_per_s"]
+            ratio = daemon / quix["rows_per_s"]
+            rows.append(("end to end >= 10x Quix Streams (per row)", f"{ratio:.0f}x",
+                         ratio >= 10))
+        else:
+            rows.append(("end to end >= 10x Quix Streams (per row)", quix["skipped"], None))
+    memory = results.get("memory", {})
+    if fixed := memory.get("fixed"):
+        low, high = fixed[0], fixed[-1]
+        change = high["steady_rss_mb"] / low["steady_rss_mb"] - 1
+        peak = high["peak_rss_mb"] / low["peak_rss_mb"] - 1
+        rows.append((f"RSS flat within 10% from {_gb(low['bytes'])} to {_gb(high['bytes'])}",
+                     f"steady {change:+.1%}, peak {peak:+.1%}",
+                     abs(change) <= 0.10 and abs(peak) <= 0.10))
+    if defaults := results.get("latency", {}).get("defaults"):
+        rows.append(("latency p99 < 250 ms (shipped defaults)",
+                     f"p99 {defaults['p99_ms']:.0f} ms", defaults["p99_ms"] < 250))
+    if tuned := results.get("latency", {}).get("tuned"):
+        rows.append(("latency p99 < 250 ms (tuned, see below)",
+                     f"p99 {tuned['p99_ms']:.0f} ms", tuned["p99_ms"] < 250))
+    return rows
+
+
+def _ceiling(readers: dict[str, Any]) -> dict[str, Any]:
+    raws = [v for k, v in readers.items() if k.startswith("raw")]
+    return max(raws, key=lambda r: float(r["rows_per_s"]))
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.0f} MB"
+
+
+# -- markdown ----------------------------------------------------------------------------
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def kernel_table(results: dict[str, Any]) -> str:
+    rows = []
+    for case in results.get("kernel", []):
+        ours = case["peers"]["arrowagg"]["rows_per_s"]
+        for peer, fig in case["peers"].items():
+            rows.append([case["case"], case["encoding"], PEER_NAMES[peer],
+                         f"{fig['median_s']:.3f}", f"{fig['rows_per_s'] / 1e6:.1f}",
+                         f"{fig['mb_per_s']:.0f}", f"{ours / fig['rows_per_s']:.2f}x"])
+    return _table(["case", "payload keys", "peer", "median s", "Mrows/s", "MB/s",
+                   "arrowagg / peer"], rows)
+
+
+def e2e_table(results: dict[str, Any]) -> str:
+    e2e = results.get("e2e", {})
+    rows = []
+    for encoding, readers in e2e.get("encodings", {}).items():
+        ceiling = _ceiling(readers)["rows_per_s"]
+        for reader, fig in readers.items():
+            rows.append([encoding, E2E_NAMES.get(reader, reader), _gb(fig["bytes"]),
+                         f"{fig['seconds']:.2f}", f"{fig['rows_per_s'] / 1e6:.2f}",
+                         f"{fig['mb_per_s']:.0f}", f"{fig['rows_per_s'] / ceiling:.2f}x"])
+    quix = e2e.get("quix")
+    if quix and "rows_per_s" in quix:
+        daemon = e2e["encodings"][quix["encoding"]]["daemon"]["rows_per_s"]
+        rows.append([quix["encoding"], f"Quix Streams ({quix['rows']:,} rows slice)",
+                     _gb(quix["bytes"]), f"{quix['seconds']:.2f}",
+                     f"{quix['rows_per_s'] / 1e6:.3f}", f"{quix['mb_per_s']:.1f}",
+                     f"daemon = {daemon / quix['rows_per_s']:.0f}x Quix"])
+    elif quix:
+        rows.append([quix.get("encoding", ""), "Quix Streams", "", "", "", "", quix["skipped"]])
+    return _table(["payload keys", "reader", "input", "s", "Mrows/s", "MB/s",
+                   "/ raw ceiling"], rows)
+
+
+E2E_NAMES = {
+    "daemon": "arrowagg daemon (shipped defaults)",
+    "raw_daemon_batches": "raw consume, the daemon's consume(500, 0.2)",
+    "raw_small_batches": "raw consume, consume(32, 0.2)",
+}
+
+
+def memory_table(results: dict[str, Any]) -> str:
+    memory = results.get("memory", {})
+    rows = []
+    for kind, runs in (("fixed cardinality", memory.get("fixed", [])),
+                       ("cardinality sweep", memory.get("sweep", []))):
+        rows += [[kind, _gb(run["bytes"]), f"{run['rows'] / 1e6:.0f} M", f"{run['groups']:,}",
+                  f"{run['baseline_rss_mb']:.0f}", f"{run['steady_rss_mb']:.0f}",
+                  f"{run['peak_rss_mb']:.0f}"] for run in runs]
+    return _table(["run", "streamed", "rows", "groups per window", "RSS at start MB",
+                   "steady RSS MB", "peak RSS MB"], rows)
+
+
+def latency_table(results: dict[str, Any]) -> str:
+    rows = []
+    for name, run in results.get("latency", {}).items():
+        if not isinstance(run, dict) or "p50_ms" not in run:
+            continue
+        inside = run.get("close_to_commit_p50_ms")
+        rows.append([LATENCY_NAMES.get(name, name), str(run["windows"]),
+                     f"{run['p50_ms']:.0f}", f"{run['p99_ms']:.0f}", f"{run['max_ms']:.0f}",
+                     "" if inside is None else f"{inside:.0f}"])
+    return _table(["daemon settings", "windows", "p50 ms", "p99 ms", "max ms",
+                   "close -> commit inside the daemon, p50 ms"], rows)
+
+
+LATENCY_NAMES = {
+    "defaults": "shipped defaults (poll_timeout_ms 200, fetch.wait.max.ms 100)",
+    "tuned": "poll_timeout_ms 20, fetch.wait.max.ms 10",
+}
+
+
+def markdown(results: dict[str, Any], *, method: str, findings: str, plot: bool) -> str:
+    wall = results.get("wall_s")
+    parts = [
+        "# Benchmarks",
+        "",
+        ("Written by `make bench` (`python -m bench`, the `bench/` package) on every run; "
+         "do not edit by hand. Raw figures: `bench/results/*.json`."),
+        "",
+        "```",
+        describe(results["machine"]),
+        f"kafka: Apache Kafka {results.get('kafka', 'n/a')}, single local broker",
+        f"run: {results.get('started', '')}, sizes {results.get('sizes', '')}, "
+        f"wall time {wall:.0f} s" if wall else "",
+        "```",
+        "",
+        "Ratios are the headline; absolute figures on a small shared machine are context.",
+        "",
+        "## Targets",
+        "",
+        _table(["target", "measured", "met"],
+               [[t, m, "n/a" if ok is None else ("yes" if ok else "**no**")]
+                for t, m, ok in targets(results)]),
+        "",
+    ]
+    if plot:
+        parts += [f"![benchmark figures]({PLOT_NAME})", ""]
+    sections: list[tuple[str, Callable[[dict[str, Any]], str], str]] = [
+        ("1. Aggregation kernel (no Kafka)", kernel_table, "kernel"),
+        ("2. End to end through the broker", e2e_table, "e2e"),
+        ("3. Memory while streaming", memory_table, "memory"),
+        ("4. Latency: window close to readable result", latency_table, "latency"),
+    ]
+    for title, render, key in sections:
+        if key in results:
+            parts += [f"## {title}", "", render(results), ""]
+    parts += ["## How it is measured", "", method.strip(), "", "## What the profiles show", "",
+              findings.strip(), ""]
+    return "\n".join(parts)
+
+
+# -- the plot ----------------------------------------------------------------------------
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib as mpl  # noqa: PLC0415 - only make bench installs it
+
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    _plot_kernel(axes[0][0], results)
+    _plot_e2e(axes[0][1], results)
+    _plot_memory(axes[1][0], results)
+    _plot_latency(axes[1][1], results)
+    fig.suptitle(f"arrowagg vs peers, {results['machine']['cores']} cores "
+                 f"({results.get('started', '')})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _plot_kernel(ax: Any, results: dict[str, Any]) -> None:
+    cases = results.get("kernel", [])
+    peers = list(PEER_NAMES)
+    width = 0.8 / len(peers)
+    for i, peer in enumerate(peers):
+        values = [c["peers"][peer]["rows_per_s"] / 1e6 if peer in c["peers"] else 0
+                  for c in cases]
+        ax.bar([x + i * width for x in range(len(cases))], values, width,
+               label=PEER_NAMES[peer])
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))],
+                  [f"{c['case']}\n{c['encoding']}" for c in cases], fontsize=7)
+    ax.set_ylabel("Mrows/s (median)")
+    ax.set_title("1. aggregation kernel")
+    ax.legend(fontsize=7)
+
+
+def _plot_e2e(ax: Any, results: dict[str, Any]) -> None:
+    labels, values = [], []
+    for encoding, readers in results.get("e2e", {}).get("encodings", {}).items():
+        for reader, fig in readers.items():
+            labels.append(f"{reader}\n{encoding}")
+            values.append(fig["rows_per_s"] / 1e6)
+    quix = results.get("e2e", {}).get("quix")
+    if quix and "rows_per_s" in quix:
+        labels.append(f"quix\n{quix['encoding']}")
+        values.append(quix["rows_per_s"] / 1e6)
+    ax.bar(range(len(values)), values, color="tab:green")
+    ax.set_xticks(range(len(values)), labels, fontsize=6, rotation=25)
+    ax.set_ylabel("Mrows/s")
+    ax.set_title("2. end to end through the broker")
+
+
+def _plot_memory(ax: Any, results: dict[str, Any]) -> None:
+    memory = results.get("memory", {})
+    for run in [*memory.get("fixed", []), *memory.get("sweep", [])[1:]]:
+        samples = run.get("rss_samples_mb", [])
+        ax.plot([at / 1e9 for at, _ in samples], [mb for _, mb in samples],
+                label=f"{_gb(run['bytes'])}, {run['groups']:,} groups")
+    ax.set_xlabel("GB streamed")
+    ax.set_ylabel("VmRSS MB")
+    ax.set_title("3. RSS while streaming (kernel path)")
+    ax.legend(fontsize=7)
+
+
+def _plot_latency(ax: Any, results: dict[str, Any]) -> None:
+    for name, run in results.get("latency", {}).items():
+        if isinstance(run, dict) and run.get("latencies_ms"):
+            values = sorted(run["latencies_ms"])
+            ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=name)
+    ax.axvline(250, color="grey", linestyle=":")
+    ax.set_xlabel("window close -> readable, ms")
+    ax.set_ylabel("fraction of windows")
+    ax.set_title("4. latency (CDF)")
+    ax.legend(fontsize=7)

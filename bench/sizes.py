@@ -1,0 +1,69 @@
+"""How big each section runs: the full ``make bench`` sizes, or the smoke test's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+MB = 1_000_000
+GB = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class KernelCase:
+    name: str
+    messages: int
+    rows_per_message: int
+    groups: int
+    messages_per_window: int
+    repetitions: int = 5
+
+
+@dataclass(frozen=True)
+class Sizes:
+    kernel_cases: tuple[KernelCase, ...]
+    poll_messages: int  # messages per engine.add, as one consume() of the daemon returns
+    e2e_bytes: int
+    e2e_partitions: int
+    e2e_repetitions: int
+    quix_rows: int  # Quix's fixed slice; 0 leaves Quix out
+    memory_bytes: tuple[int, ...]  # at fixed cardinality
+    memory_groups: tuple[int, ...]  # the cardinality sweep, at memory_bytes[0]
+    latency_s: float
+    latency_window_ms: int
+    latency_messages_per_s: int
+    latency_rows_per_message: int
+
+
+FULL = Sizes(
+    kernel_cases=(
+        KernelCase("10M rows, 10k groups", 200, 50_000, 10_000, 10, repetitions=7),
+        KernelCase("5M rows, 1M groups", 100, 50_000, 1_000_000, 20, repetitions=5),
+    ),
+    poll_messages=16,
+    e2e_bytes=1 * GB,
+    e2e_partitions=4,
+    e2e_repetitions=3,
+    quix_rows=200_000,
+    memory_bytes=(1 * GB, 10 * GB),
+    memory_groups=(10_000, 100_000, 1_000_000),
+    latency_s=40.0,
+    latency_window_ms=1_000,
+    latency_messages_per_s=40,
+    latency_rows_per_message=2_000,
+)
+
+SMOKE = replace(
+    FULL,
+    kernel_cases=(KernelCase("tiny", 8, 2_000, 100, 2, repetitions=2),),
+    poll_messages=3,
+    e2e_bytes=4 * MB,
+    e2e_partitions=2,
+    e2e_repetitions=1,
+    quix_rows=0,
+    memory_bytes=(10 * MB, 20 * MB),
+    memory_groups=(100, 1_000),
+    latency_s=4.0,
+    latency_window_ms=500,
+    latency_messages_per_s=20,
+    latency_rows_per_message=100,
+)

@@ -1,0 +1,63 @@
+"""The benchmark harness at toy sizes, so ``make bench`` cannot rot between runs.
+
+Quix Streams is left out: it needs its own interpreter (it pins an older confluent-kafka
+than arrowagg's), which only ``make bench`` installs. The plot needs matplotlib, also a
+bench-only dependency, so the smoke run writes the tables without it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import __main__ as harness
+from bench import kernel, payloads
+from bench.sizes import SMOKE, KernelCase
+
+
+def test_every_kernel_peer_agrees_and_is_timed() -> None:
+    built = payloads.build(KernelCase("toy", 4, 500, 50, 2), "plain")
+    figures = kernel.measure(built, repetitions=1, poll_messages=2)
+    assert set(figures["peers"]) == set(kernel.PEERS)
+    assert all(f["rows_per_s"] > 0 for f in figures["peers"].values())
+
+
+def test_the_seed_sql_follows_the_seed_rules() -> None:
+    schema = payloads.build(KernelCase("toy", 1, 10, 5, 1), "dictionary").values[0]
+    sql = kernel.seed_sql(kernel.schema_of(schema), "t", "W")
+    assert 'SUM("reading_sum")' in sql
+    assert 'SUM("reading_count")' in sql
+    assert 'MIN("reading_min")' in sql
+    assert 'MAX("reading_max")' in sql
+    assert 'SUM("power")' in sql
+    assert sql.endswith("GROUP BY 1, 2, 3")
+
+
+@pytest.mark.integration
+def test_the_harness_writes_figures_for_every_peer(
+    bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", bootstrap)
+    doc = tmp_path / "docs" / "benchmarks.md"
+    assert harness.main(["--smoke", "--no-plot", "--results", str(tmp_path / "results"),
+                         "--doc", str(doc)]) == 0
+    results = json.loads((tmp_path / "results" / "all.json").read_text())
+    assert results["sizes"] == "smoke"
+    assert {"cores", "memory_gb", "versions"} <= set(results["machine"])
+    for case in results["kernel"]:
+        assert set(case["peers"]) == set(kernel.PEERS)
+    assert len(results["kernel"]) == len(SMOKE.kernel_cases) * len(payloads.ENCODINGS)
+    for readers in results["e2e"]["encodings"].values():
+        assert {"daemon", "raw_daemon_batches", "raw_small_batches"} <= set(readers)
+        assert all(r["rows_per_s"] > 0 for r in readers.values())
+    assert "skipped" in results["e2e"]["quix"]
+    assert len(results["memory"]["fixed"]) == len(SMOKE.memory_bytes)
+    assert all(r["peak_rss_mb"] > 0 for r in results["memory"]["fixed"])
+    for run in results["latency"].values():
+        assert run["windows"] > 0
+        assert run["p99_ms"] >= run["p50_ms"] > 0
+    text = doc.read_text()
+    for heading in ("## Targets", "Aggregation kernel", "End to end", "Memory", "Latency"):
+        assert heading in text

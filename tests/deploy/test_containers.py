@@ -1,0 +1,88 @@
+"""Dockerfile and docker-compose.yml, checked without a Docker engine: the files parse,
+the stack has its services, and every entry point is a command line the CLIs accept."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from consumer.cli import _parser as consumer_parser
+from consumer.config import load_settings
+from consumer.healthcheck import DEFAULT_PORT
+from producer.cli import _parser as producer_parser
+from tests.conftest import REPO
+
+HEALTHCHECK = ["python", "-m", "consumer.healthcheck"]
+
+
+def dockerfile() -> dict[str, str]:
+    """Instruction → its (last) argument text, continuation lines joined."""
+    text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
+    instructions: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, rest = line.strip().partition(" ")
+            instructions[name.upper()] = " ".join(rest.split())
+    return instructions
+
+
+def compose() -> dict[str, Any]:
+    document = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    assert isinstance(document, dict)
+    return document
+
+
+def test_the_image_runs_the_daemon_and_checks_its_health() -> None:
+    image = dockerfile()
+    entrypoint, command = json.loads(image["ENTRYPOINT"]), json.loads(image["CMD"])
+    assert entrypoint == ["python", "-m", "consumer"]
+    args = consumer_parser().parse_args(command)
+    assert (args.command, args.config) == ("run", Path("/etc/arrowagg/config.yaml"))
+    healthcheck = re.fullmatch(r"(--\S+ )*CMD (\[.*\])", image["HEALTHCHECK"])
+    assert healthcheck is not None
+    assert json.loads(healthcheck.group(2)) == HEALTHCHECK
+    assert image["EXPOSE"] == str(DEFAULT_PORT)
+    assert image["STOPSIGNAL"] == "SIGTERM"
+    assert image["USER"] == "arrowagg"
+    # The image's config is the example, whose HTTP port is the healthcheck's default.
+    assert load_settings(REPO / "config.yaml").service.http_port == DEFAULT_PORT
+
+
+def test_compose_has_the_whole_stack() -> None:
+    services = compose()["services"]
+    assert set(services) == {"kafka", "topics", "daemon", "worker-1", "worker-2", "subscriber"}
+    daemon = services["daemon"]
+    assert daemon["healthcheck"]["test"] == ["CMD", *HEALTHCHECK]
+    assert daemon["environment"]["ARROWAGG_SERVICE__HTTP_HOST"] == "0.0.0.0"  # noqa: S104
+    assert daemon["environment"]["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+    assert daemon["build"] == "."
+    assert "command" not in daemon  # the image's CMD: run --config /etc/arrowagg/config.yaml
+    for name in ("worker-1", "worker-2", "subscriber"):
+        assert services[name]["healthcheck"] == {"disable": True}  # no HTTP server there
+        assert services[name]["image"] == daemon["image"]
+
+
+def test_every_service_command_is_one_the_clis_accept() -> None:
+    services = compose()["services"]
+    for name in ("worker-1", "worker-2"):
+        worker = services[name]
+        assert worker["entrypoint"] == ["python", "-m", "producer"]
+        args = producer_parser().parse_args(worker["command"])
+        assert args.command == "generate"
+        assert args.topic == "sensors"
+    tail = consumer_parser().parse_args(services["subscriber"]["command"])
+    assert (tail.command, tail.topic) == ("tail", "sensors-agg")
+
+
+def test_the_topics_step_creates_what_the_config_names() -> None:
+    script = "\n".join(compose()["services"]["topics"]["command"])
+    created = set(re.findall(r"([a-z-]+):\d+", script.split("for spec in ", 1)[1]
+                             .split(";", 1)[0]))
+    settings = load_settings(REPO / "config.yaml")
+    output = settings.output
+    wanted = {*settings.input.topics, output.topic, output.late_topic, output.dlq_topic}
+    assert created == wanted

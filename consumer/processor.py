@@ -336,9 +336,14 @@ class StreamProcessor:
         positions = self._consumer.position(
             [TopicPartition(t, p) for t, p in self._assigned])
         for tp in positions:
-            _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
-            if tp.offset >= 0 and high > tp.offset:
-                self._engine.keep_alive((tp.topic, tp.partition), now)
+            key = (tp.topic, tp.partition)
+            low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            position = tp.offset
+            if position < 0:  # nothing consumed from it yet: it starts at its commit
+                committed = self._assigned[key].committed if key in self._assigned else None
+                position = committed if committed is not None else low
+            if high > position:
+                self._engine.keep_alive(key, now)
 
     def _report(self) -> None:
         self._observer.loop_turned(self._clock())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -9,6 +11,16 @@ import pytest
 
 from consumer.cli import main
 from tests.conftest import REPO
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logger() -> Iterator[None]:
+    """main() configures logging for the process; give later tests theirs back."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def seed_like_file(path: Path) -> Path:

@@ -47,9 +47,10 @@ class RunningDaemon:
 
 
 @contextmanager
-def running_daemon(settings: Settings) -> Iterator[RunningDaemon]:
+def running_daemon(settings: Settings,
+                   observer: ProcessorObserver | None = None) -> Iterator[RunningDaemon]:
     """Run StreamProcessor in a thread; stop it and re-raise its error on exit."""
-    processor = StreamProcessor(settings)
+    processor = StreamProcessor(settings, observer=observer)
     daemon = RunningDaemon(processor, threading.Thread())
 
     def target() -> None:
@@ -97,31 +98,6 @@ def wait_for(condition: Callable[[], bool], *, timeout_s: float, what: str) -> N
 
 
 # -- the service side: an observed daemon, and a broker with a SCRAM listener -----------
-
-
-@contextmanager
-def running_observed_daemon(settings: Settings,
-                            observer: ProcessorObserver) -> Iterator[RunningDaemon]:
-    """``running_daemon`` with an observer (metrics, health, systemd notify)."""
-    processor = StreamProcessor(settings, observer=observer)
-    daemon = RunningDaemon(processor, threading.Thread())
-
-    def target() -> None:
-        try:
-            processor.run()
-        except BaseException as err:  # noqa: BLE001 - handed to the test thread
-            daemon.error = err
-
-    daemon.thread = threading.Thread(target=target, name="arrowagg-daemon", daemon=True)
-    daemon.thread.start()
-    try:
-        yield daemon
-    finally:
-        processor.request_stop()
-        daemon.thread.join(60)
-        assert not daemon.thread.is_alive(), "the daemon did not stop within 60s"
-    if daemon.error is not None:
-        raise daemon.error
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ class DiesBeforeCommit(TransactionalSink):
         raise ProcessDiedError
 
     def close(self) -> None:
-        pass  # a dead process closes nothing
+        """A dead process closes nothing."""
 
 
 def count_visible(bootstrap: str, topic: str, isolation: str) -> int:

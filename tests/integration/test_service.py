@@ -21,7 +21,7 @@ from tests.consumer.test_health import Samples, http_get, scrape, total
 from tests.integration.conftest import (
     daemon_settings,
     publish_tables,
-    running_observed_daemon,
+    running_daemon,
     wait_for,
 )
 from tests.integration.test_pipeline import T0, sensor_table
@@ -101,7 +101,7 @@ def test_metrics_and_readiness_follow_a_real_run(
         assert http_get(watcher.port, "/readyz")[0] == 503  # the processor is not built yet
         assert http_get(watcher.port, "/healthz")[0] == 200  # but it is alive
         poller.start()
-        with running_observed_daemon(settings, service) as daemon:
+        with running_daemon(settings, service) as daemon:
             processor = daemon.processor
             wait_for(lambda: processor.counters.rows == 120 * 30, timeout_s=40,
                      what="every good row")

@@ -74,7 +74,7 @@ def run_arrowagg(payloads: Payloads, poll_messages: int) -> pl.DataFrame:
         for offset, value in enumerate(values[first:first + poll_messages], start=first):
             decoded = decoder.decode(value, None)
             tables.append(decoded.table)
-            refs.append(MessageRef(_PARTITION, offset, decoded.table.num_rows,
+            refs.append(MessageRef(_PARTITION, offset, decoded.table.num_rows, decoded.min_event_ms,
                                    decoded.max_event_ms))
         if engine is None:
             engine = _engine(decoder)

@@ -38,6 +38,7 @@ class RejectedMessageError(Exception):
 @dataclass(frozen=True)
 class DecodedMessage:
     table: pa.Table  # the plan's columns only, in the plan's types
+    min_event_ms: int | None  # the event-time range of its rows (None: no rows, no time)
     max_event_ms: int | None
 
 
@@ -108,7 +109,7 @@ class Decoder:
         table = pa.Table.from_arrays(columns, names=self._schema.names)
         if not table.schema.equals(self._schema):
             table = self._cast(table)
-        return DecodedMessage(table, self._max_event_ms(table))
+        return DecodedMessage(table, *self._event_range(table))
 
     def _cast(self, table: pa.Table) -> pa.Table:
         assert self._schema is not None  # noqa: S101
@@ -125,24 +126,28 @@ class Decoder:
             raise RejectedMessageError(
                 "schema-mismatch", f"values do not fit the plan's types: {err}") from err
 
-    def _max_event_ms(self, table: pa.Table) -> int | None:
+    def _event_range(self, table: pa.Table) -> tuple[int | None, int | None]:
+        """The smallest and largest event time in epoch milliseconds (floored)."""
         assert self.plan is not None  # noqa: S101
         name = self.plan.time_column
         if name is None or table.num_rows == 0:
-            return None
+            return None, None
         column = table.column(name)
         if column.null_count:
             raise RejectedMessageError(
                 "null-event-time", f"{column.null_count} rows have no {name!r}")
         try:
-            raw = int(pc.max(column.cast(pa.int64())).as_py())
+            extremes = pc.min_max(column.cast(pa.int64()))
+            low, high = int(extremes["min"].as_py()), int(extremes["max"].as_py())
         except pa.ArrowInvalid as err:
             raise RejectedMessageError(
                 "invalid-event-time", f"{name!r} does not fit epoch milliseconds: {err}") from err
         if not pa.types.is_timestamp(column.type):
-            return raw  # integer epoch milliseconds
+            return low, high  # integer epoch milliseconds
         per_ms = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[column.type.unit]
-        return raw * 1_000 if per_ms is None else raw // per_ms
+        if per_ms is None:
+            return low * 1_000, high * 1_000
+        return low // per_ms, high // per_ms
 
 
 def _widened(field: pa.Field) -> pa.Field:

@@ -25,15 +25,19 @@ from consumer.window_store import WINDOW_START, ClosedWindow, WindowStore
 from consumer.windows import WindowSpec, to_epoch_ms, window_ranges, with_window_start
 
 EVENT_MS = "__event_ms"
+_SKIP_THROUGH = "__skip_through"
+_LATE_THROUGH = "__late_through"
 
 
 @dataclass(frozen=True)
 class MessageRef:
-    """Where a slice of the frame came from: ``rows`` consecutive rows of one message."""
+    """Where a slice of the frame came from: ``rows`` consecutive rows of one message,
+    whose event times (event-time windows) lie in ``[min_event_ms, max_event_ms]``."""
 
     partition: PartitionKey
     offset: int
     rows: int
+    min_event_ms: int | None = None
     max_event_ms: int | None = None
 
 
@@ -46,16 +50,36 @@ class WindowEngine(Protocol):
     def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None: ...
     def keep_alive(self, partition: PartitionKey, now_ms: int) -> None: ...
     def revoke(self, partition: PartitionKey) -> None: ...
-    def is_replay(self, partition: PartitionKey, offset: int) -> bool: ...
     def replaying(self, partition: PartitionKey) -> bool: ...
-    def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef], now_ms: int, *,
-            replay: bool = False) -> pl.DataFrame | None: ...
+    def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
+            now_ms: int) -> pl.DataFrame | None: ...
     def close_due(self, now_ms: int) -> list[ClosedWindow]: ...
     def emit_early(self, now_ms: int) -> list[ClosedWindow]: ...
     def commit_points(self) -> dict[PartitionKey, CommitPoint]: ...
     def discard(self) -> None: ...
     def cardinality(self) -> int: ...
     def open_window_count(self) -> int: ...
+
+
+@dataclass
+class _Progress:
+    """One assigned partition's emitted frontier and what a restart left to replay.
+
+    ``frontier``: every window ending at or before it holds all of this partition's rows
+    that belong to it, in committed output; later rows for such a window are late.
+    ``replay_until``: offsets below it were consumed before the restart (by this instance
+    or the partition's previous owner), and their rows in windows ending at or before
+    ``replayed_frontier`` were emitted then: replaying them again is skipped, not late.
+    ``restored_max_ms`` (the largest event time seen before the restart) reaches the
+    watermark only once the replay is over: before that, the rows between the committed
+    offset and ``replay_until`` are still to come, and closing their windows on the
+    restored time would emit them twice.
+    """
+
+    frontier: int | None
+    replay_until: int = -1
+    replayed_frontier: int | None = None
+    restored_max_ms: int | None = None
 
 
 class TimeWindowEngine:
@@ -75,10 +99,11 @@ class TimeWindowEngine:
         self._offsets = OffsetTracker()
         self._watermarks = WatermarkTracker(
             allowed_lateness_ms=allowed_lateness_ms, idle_timeout_ms=idle_timeout_ms)
-        self._frontier: int | None = None
+        self._progress: dict[PartitionKey, _Progress] = {}
+        # The furthest this instance has closed windows (or a restored commit had): the
+        # frontier of a partition that arrives with no commit of its own.
+        self._closed_through: int | None = None
         self._revisions: dict[int, int] = {}  # window start -> next revision number
-        self._replay_until: dict[PartitionKey, int] = {}
-        self._replay_frontier: dict[PartitionKey, int] = {}
         self.late_rows = 0
         self.skipped_replayed_rows = 0
 
@@ -88,68 +113,101 @@ class TimeWindowEngine:
                metadata: CommitMetadata | None, now_ms: int) -> None:
         self._offsets.assign(partition, committed,
                              metadata.position if metadata is not None else None)
-        restored_max = None
-        if metadata is not None:
-            if metadata.frontier is not None:
-                self._frontier = max(self._frontier or metadata.frontier, metadata.frontier)
-            if self._event_time:
-                self._replay_until[partition] = metadata.position
-                if metadata.frontier is not None:
-                    self._replay_frontier[partition] = metadata.frontier
-            restored_max = metadata.max_event_ms
-        self._watermarks.assign(partition, now_ms, restored_max)
+        if metadata is None or metadata.frontier is None:
+            progress = _Progress(self._closed_through)
+        else:
+            progress = _Progress(metadata.frontier)
+            self._closed_through = _later(self._closed_through, metadata.frontier)
+        if metadata is not None and self._event_time:
+            progress.replay_until = metadata.position
+            progress.replayed_frontier = metadata.frontier
+            progress.restored_max_ms = metadata.max_event_ms
+        self._progress[partition] = progress
+        self._watermarks.assign(partition, now_ms, None)
+        self._end_replay_if_caught_up(partition, now_ms)
 
     def revoke(self, partition: PartitionKey) -> None:
         self._offsets.revoke(partition)
         self._watermarks.revoke(partition)
-        self._replay_until.pop(partition, None)
-        self._replay_frontier.pop(partition, None)
-
-    def is_replay(self, partition: PartitionKey, offset: int) -> bool:
-        return offset < self._replay_until.get(partition, -1)
+        self._progress.pop(partition, None)
 
     def replaying(self, partition: PartitionKey) -> bool:
         """True until the partition has been re-read up to where the last run had got."""
-        until = self._replay_until.get(partition)
-        if until is None:
+        progress = self._progress.get(partition)
+        if progress is None or progress.replay_until < 0:
             return False
         next_offset = self._offsets.next_offset(partition)
-        return next_offset is None or next_offset < until
+        return next_offset is None or next_offset < progress.replay_until
+
+    def _end_replay_if_caught_up(self, partition: PartitionKey, now_ms: int) -> None:
+        progress = self._progress.get(partition)
+        if progress is None or progress.restored_max_ms is None or self.replaying(partition):
+            return
+        self._watermarks.observe(partition, progress.restored_max_ms, now_ms)
+        progress.restored_max_ms = None
 
     # -- rows in -----------------------------------------------------------------------
 
-    def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef], now_ms: int, *,
-            replay: bool = False) -> pl.DataFrame | None:
-        """Window and pre-aggregate ``frame``; return its late rows (with window_start)."""
-        windowed = with_window_start(frame.lazy().with_columns(self._event_expr(now_ms)),
-                                     EVENT_MS, self._spec)
+    def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
+            now_ms: int) -> pl.DataFrame | None:
+        """Window and pre-aggregate ``frame``; return its late rows (with window_start).
+
+        Only messages that may hold rows of windows their partition already emitted are
+        filtered row by row; in a steady stream that is none of them.
+        """
+        bounds = [self._old_bounds(ref, now_ms) for ref in refs]
         late = None
-        if replay:
-            # Replayed rows at or below the frontier their own partition committed were
-            # emitted before the restart. (Another instance's frontier may be higher: rows
-            # between the two were never emitted and must be, so they are not late.)
-            done_through = self._replay_frontier.get(refs[0].partition) if refs else None
-            if done_through is not None:
-                emitted = pl.col(WINDOW_START) + self._spec.size_ms <= done_through
-                self.skipped_replayed_rows += windowed.filter(emitted).select(
-                    pl.len()).collect().item()
-                windowed = windowed.filter(~emitted)
-        elif self._frontier is not None:
-            is_late = pl.col(WINDOW_START) + self._spec.size_ms <= self._frontier
-            late_frame = windowed.filter(is_late).drop(EVENT_MS).collect()
-            if late_frame.height:
-                self.late_rows += late_frame.height
-                late = late_frame
-            windowed = windowed.filter(~is_late)
-        partial = self._aggregator.partial(windowed.drop(EVENT_MS))
+        if any(b is not None for b in bounds):
+            windowed, late = self._split_old(frame, refs, bounds, now_ms)
+        else:
+            windowed = self._windowed(frame.lazy(), now_ms)
+        partial = self._aggregator.partial(windowed)
         starts = partial.get_column(WINDOW_START).unique().to_list()
         self._store.add(partial, {s: s + self._spec.size_ms for s in starts})
         for ref in refs:
             event_ms = ref.max_event_ms if self._event_time else now_ms
-            last_end = self._last_end(event_ms)
-            self._offsets.record(ref.partition, ref.offset, last_end)
+            self._offsets.record(ref.partition, ref.offset, self._last_end(event_ms))
             self._watermarks.observe(ref.partition, event_ms, now_ms)
+            self._end_replay_if_caught_up(ref.partition, now_ms)
         return late
+
+    def _windowed(self, frame: pl.LazyFrame, now_ms: int) -> pl.LazyFrame:
+        with_event = frame.with_columns(self._event_expr(now_ms))
+        return with_window_start(with_event, EVENT_MS, self._spec).drop(EVENT_MS)
+
+    def _old_bounds(self, ref: MessageRef, now_ms: int) -> tuple[int, int] | None:
+        """``(skip_through, late_through)`` when the message may hold rows of windows its
+        partition emitted: rows in windows ending at or before ``skip_through`` were
+        emitted before a restart (skipped), up to ``late_through`` they are late."""
+        progress = self._progress.get(ref.partition)
+        if progress is None or progress.frontier is None:
+            return None
+        replayed = ref.offset < progress.replay_until
+        skip_through = progress.replayed_frontier if replayed else None
+        through = _later(progress.frontier, skip_through)
+        first_ms = ref.min_event_ms if self._event_time else now_ms
+        if through is None or first_ms is None or _first_end(first_ms, self._spec) > through:
+            return None
+        return (NO_WINDOW if skip_through is None else skip_through), through
+
+    def _split_old(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
+                   bounds: list[tuple[int, int] | None], now_ms: int,
+                   ) -> tuple[pl.LazyFrame, pl.DataFrame | None]:
+        """Drop replayed rows of emitted windows; take out late rows; keep the rest."""
+        counts = pl.Series([r.rows for r in refs], dtype=pl.Int64)
+        marked = frame.with_columns(
+            _per_row(_SKIP_THROUGH, counts, [NO_WINDOW if b is None else b[0] for b in bounds]),
+            _per_row(_LATE_THROUGH, counts, [NO_WINDOW if b is None else b[1] for b in bounds]),
+        )  # before windowing, so hopping windows repeat them with their row
+        windowed = self._windowed(marked.lazy(), now_ms).collect()
+        end = pl.col(WINDOW_START) + self._spec.size_ms
+        skipped = end <= pl.col(_SKIP_THROUGH)
+        is_late = ~skipped & (end <= pl.col(_LATE_THROUGH))
+        self.skipped_replayed_rows += windowed.filter(skipped).height
+        late = windowed.filter(is_late).drop(_SKIP_THROUGH, _LATE_THROUGH)
+        self.late_rows += late.height
+        kept = windowed.filter(~skipped & ~is_late).drop(_SKIP_THROUGH, _LATE_THROUGH)
+        return kept.lazy(), (late if late.height else None)
 
     def keep_alive(self, partition: PartitionKey, now_ms: int) -> None:
         """The partition has a backlog not yet consumed: it is not idle."""
@@ -159,6 +217,7 @@ class TimeWindowEngine:
         """A message with no usable rows: done at once, and proof the partition is alive."""
         self._offsets.record(partition, offset, NO_WINDOW)
         self._watermarks.observe(partition, None, now_ms)
+        self._end_replay_if_caught_up(partition, now_ms)
 
     def _event_expr(self, now_ms: int) -> pl.Expr:
         if not self._event_time:
@@ -188,9 +247,19 @@ class TimeWindowEngine:
             return []
         return self._close_through(watermark.value_ms)
 
-    def _close_through(self, frontier_ms: int) -> list[ClosedWindow]:
-        self._advance(frontier_ms)
-        return self._revised(self._store.pop_closed(self._frontier), final=True)
+    def _close_through(self, through_ms: int) -> list[ClosedWindow]:
+        # Pop by the watermark itself, not by the furthest close so far: a partition taken
+        # over from another instance may reopen windows this one closed, and those close
+        # again only when that partition's replay has passed them.
+        closed = self._revised(self._store.pop_closed(through_ms), final=True)
+        self._advance(through_ms)
+        return closed
+
+    def _advance(self, through_ms: int) -> None:
+        """Every assigned partition's rows up to ``through_ms`` are now emitted."""
+        self._closed_through = _later(self._closed_through, through_ms)
+        for progress in self._progress.values():
+            progress.frontier = _later(progress.frontier, through_ms)
 
     def emit_early(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
         """Emit every open window as a non-final revision and start them afresh, so the
@@ -209,14 +278,16 @@ class TimeWindowEngine:
             out.append(replace(window, final=final, revision=revision))
         return out
 
-    def _advance(self, frontier_ms: int) -> None:
-        if self._frontier is None or frontier_ms > self._frontier:
-            self._frontier = frontier_ms
-
     def commit_points(self) -> dict[PartitionKey, CommitPoint]:
-        partitions = self._offsets.partitions()
-        maxima = {p: self._watermarks.max_event_ms(p) for p in partitions}
-        return self._offsets.commit_points(self._frontier, maxima)
+        points = {}
+        for partition in self._offsets.partitions():
+            progress = self._progress.get(partition) or _Progress(self._closed_through)
+            seen = self._watermarks.max_event_ms(partition)
+            point = self._offsets.commit_point(
+                partition, progress.frontier, _later(seen, progress.restored_max_ms))
+            if point is not None:
+                points[partition] = point
+        return points
 
     def discard(self) -> None:
         self._store.discard()
@@ -226,6 +297,24 @@ class TimeWindowEngine:
 
     def open_window_count(self) -> int:
         return len(self._store.open_windows())
+
+
+def _later(a: int | None, b: int | None) -> int | None:
+    """The larger of two optional times (None: nothing yet)."""
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+def _per_row(name: str, counts: pl.Series, values: list[int]) -> pl.Series:
+    """One value per message, repeated for each of its ``counts`` rows."""
+    index = pl.int_range(0, counts.len(), eager=True).repeat_by(counts).explode()
+    return pl.Series(name, values, dtype=pl.Int64).gather(index)
+
+
+def _first_end(ts_ms: int, spec: WindowSpec) -> int:
+    """The end of the earliest window holding ``ts_ms``."""
+    return window_ranges(ts_ms, spec)[0][1]
 
 
 class CountWindowEngine:
@@ -267,14 +356,12 @@ class CountWindowEngine:
     def revoke(self, partition: PartitionKey) -> None:
         self._offsets.revoke(partition)
 
-    def is_replay(self, partition: PartitionKey, offset: int) -> bool:  # noqa: ARG002
-        return False  # count windows commit in message order: nothing replayed was emitted
-
     def replaying(self, partition: PartitionKey) -> bool:  # noqa: ARG002
         return False
 
-    def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef], now_ms: int, *,
-            replay: bool = False) -> pl.DataFrame | None:  # noqa: ARG002
+    def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
+            now_ms: int) -> pl.DataFrame | None:
+        """Count windows commit in message order: nothing replayed was emitted."""
         self._last_message_ms = now_ms
         row = 0
         start = 0
@@ -344,8 +431,12 @@ class CountWindowEngine:
         return ready
 
     def commit_points(self) -> dict[PartitionKey, CommitPoint]:
-        partitions = self._offsets.partitions()
-        return self._offsets.commit_points(self._frontier, dict.fromkeys(partitions))
+        points = {}
+        for partition in self._offsets.partitions():
+            point = self._offsets.commit_point(partition, self._frontier, None)
+            if point is not None:
+                points[partition] = point
+        return points
 
     def discard(self) -> None:
         self._store.discard()

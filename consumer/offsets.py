@@ -88,25 +88,22 @@ class OffsetTracker:
         self._next[partition] = offset + 1
         self._reached[partition] = max(self._reached.get(partition, 0), offset + 1)
 
-    def commit_points(
-        self, frontier: int | None, max_event_ms: dict[PartitionKey, int | None]
-    ) -> dict[PartitionKey, CommitPoint]:
-        """The offset to commit per partition, once windows up to ``frontier`` are emitted."""
-        points = {}
-        for partition, queue in self._pending.items():
-            done_through = NO_WINDOW if frontier is None else frontier
-            while queue and queue[0][1] <= done_through:
-                queue.popleft()
-            next_offset = self._next[partition]
-            if next_offset is None:
-                continue  # nothing consumed and nothing committed: nothing to say
-            offset = queue[0][0] if queue else next_offset
-            # A replay that commits before it catches up must keep the earlier reach, or
-            # a second crash would mistake already-emitted rows for new late ones.
-            reached = max(self._reached[partition], next_offset)
-            meta = CommitMetadata(frontier, reached, max_event_ms.get(partition))
-            points[partition] = CommitPoint(offset, meta)
-        return points
+    def commit_point(self, partition: PartitionKey, frontier: int | None,
+                     max_event_ms: int | None) -> CommitPoint | None:
+        """The offset to commit for ``partition`` once its rows in windows ending at or
+        before ``frontier`` are emitted; None when nothing was consumed or committed."""
+        queue = self._pending.get(partition)
+        next_offset = self._next.get(partition)
+        if queue is None or next_offset is None:
+            return None
+        done_through = NO_WINDOW if frontier is None else frontier
+        while queue and queue[0][1] <= done_through:
+            queue.popleft()
+        offset = queue[0][0] if queue else next_offset
+        # A replay that commits before it catches up must keep the earlier reach, or
+        # a second crash would mistake already-emitted rows for new late ones.
+        reached = max(self._reached[partition], next_offset)
+        return CommitPoint(offset, CommitMetadata(frontier, reached, max_event_ms))
 
     def mark_all_done(self) -> None:
         """Every message consumed so far is in emitted output (an early emission)."""

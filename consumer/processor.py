@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 import pyarrow as pa
@@ -24,7 +24,7 @@ from consumer.dlq import DlqLimit, dead_letter
 from consumer.engine import CountWindowEngine, MessageRef, TimeWindowEngine, WindowEngine
 from consumer.kafka_clients import consumer_config, producer_config
 from consumer.observer import NullObserver, ProcessorObserver
-from consumer.offsets import CommitMetadata, PartitionKey
+from consumer.offsets import CommitMetadata, CommitPoint, PartitionKey
 from consumer.output import encode_window
 from consumer.plan import AggregationPlan, derive_plan
 from consumer.sink import (
@@ -86,6 +86,8 @@ class StreamProcessor:
         self._dlq_limit = DlqLimit(settings.dlq_limit)
         self._max_groups = settings.input.max_groups
         self._engine: WindowEngine | None = None
+        # Messages rejected before the first valid one fixed the plan (and so the engine).
+        self._rejected_before_plan: list[tuple[PartitionKey, int]] = []
         self._assigned: dict[PartitionKey, _Assigned] = {}
         self._pending: list[OutputRecord] = []
         self._rewind_needed = False
@@ -191,9 +193,8 @@ class StreamProcessor:
 
     def _process(self, messages: list[Message]) -> None:
         now = self._clock()
-        # Replayed input is added per partition (its own committed frontier decides what
-        # was emitted); new input all at once.
-        batches: dict[PartitionKey | None, tuple[list[pa.Table], list[MessageRef]]] = {}
+        tables: list[pa.Table] = []
+        refs: list[MessageRef] = []
         for message in messages:
             error = message.error()
             if error is not None:
@@ -203,21 +204,19 @@ class StreamProcessor:
             if decoded is None:
                 continue
             key = (message.topic() or "", message.partition() or 0)
-            offset = message.offset() or 0
-            engine = self._require_engine()
-            replay = engine.is_replay(key, offset)
-            tables, refs = batches.setdefault(key if replay else None, ([], []))
+            rows = decoded.table.num_rows
             tables.append(decoded.table)
-            refs.append(MessageRef(key, offset, decoded.table.num_rows, decoded.max_event_ms))
-            self.counters.rows += decoded.table.num_rows
-            self._observer.consumed(key, 1, decoded.table.num_rows, len(message.value() or b""))
-        for bucket in sorted(batches, key=lambda b: b is None):  # replayed input first
-            tables, refs = batches[bucket]
-            frame = pl.from_arrow(pa.concat_tables(tables), rechunk=False)
-            assert isinstance(frame, pl.DataFrame)  # noqa: S101 - a Table gives a frame
-            late = self._require_engine().add(frame, refs, now, replay=bucket is not None)
-            if late is not None:
-                self._late(late)
+            refs.append(MessageRef(key, message.offset() or 0, rows, decoded.min_event_ms,
+                                   decoded.max_event_ms))
+            self.counters.rows += rows
+            self._observer.consumed(key, 1, rows, len(message.value() or b""))
+        if not tables:
+            return
+        frame = pl.from_arrow(pa.concat_tables(tables), rechunk=False)
+        assert isinstance(frame, pl.DataFrame)  # noqa: S101 - a Table gives a frame
+        late = self._require_engine().add(frame, refs, now)
+        if late is not None:
+            self._late(late)
 
     def _decode(self, message: Message, now: int) -> DecodedMessage | None:
         self.counters.messages += 1
@@ -229,12 +228,15 @@ class StreamProcessor:
         try:
             decoded = self._decoder.decode(message.value(), message.headers())
         except RejectedMessageError as err:
-            self._reject(message, err)
+            self._reject(message, err, replayed=_replayed(assigned, offset))
             if self._engine is not None:
                 self._engine.skip(key, offset, now)
+            else:  # no plan yet: the engine learns of it when it is built
+                self._rejected_before_plan.append((key, offset))
             self._dlq_limit.record(valid=False)
             return None
         self._dlq_limit.record(valid=True)
+        self._require_engine()  # before the next message, so a rejection is recorded
         return decoded
 
     def _require_engine(self) -> WindowEngine:
@@ -262,17 +264,26 @@ class StreamProcessor:
         now = self._clock()
         for key, assigned in self._assigned.items():
             engine.assign(key, assigned.committed, assigned.metadata, now)
+        for key, offset in self._rejected_before_plan:
+            if key in self._assigned:
+                engine.skip(key, offset, now)
+        self._rejected_before_plan.clear()
         return engine
 
     # -- records out -------------------------------------------------------------------
 
-    def _reject(self, message: Message, err: RejectedMessageError) -> None:
+    def _reject(self, message: Message, err: RejectedMessageError, *, replayed: bool) -> None:
+        where = f"{message.topic()}[{message.partition()}]@{message.offset()}"
+        if replayed:
+            # Rejected before the restart too, and its dead letter committed then, with
+            # the output of the same transaction: writing it again would duplicate it.
+            log.debug("replayed %s was dead-lettered before: %s", where, err)
+            return
         self.counters.rejected += 1
         by_reason = self.counters.rejected_by_reason
         by_reason[err.reason] = by_reason.get(err.reason, 0) + 1
         self._observer.rejected(err.reason)
-        log.warning("rejected %s[%s]@%s: %s", message.topic(), message.partition(),
-                    message.offset(), err)
+        log.warning("rejected %s: %s", where, err)
         if topic := self._settings.output.dlq_topic:
             self._pending.append(dead_letter(message, err, topic=topic,
                                              group_id=self._settings.kafka.group_id))
@@ -353,12 +364,28 @@ class StreamProcessor:
                              ready=self.is_ready())
 
     def _commit_offsets(self) -> list[TopicPartition]:
-        if self._engine is None:
-            return []
+        points = (self._engine.commit_points() if self._engine is not None
+                  else self._past_rejections())
         return [
             TopicPartition(topic, partition, point.offset, metadata=point.metadata.encode())
-            for (topic, partition), point in self._engine.commit_points().items()
+            for (topic, partition), point in points.items()
         ]
+
+    def _past_rejections(self) -> dict[PartitionKey, CommitPoint]:
+        """Before any valid message, everything consumed was dead-lettered: commit past it
+        (keeping the earlier commit's frontier), so a restart does not dead-letter it again."""
+        furthest: dict[PartitionKey, int] = {}
+        for key, offset in self._rejected_before_plan:
+            furthest[key] = max(furthest.get(key, offset), offset)
+        points = {}
+        for key, offset in furthest.items():
+            assigned = self._assigned.get(key)
+            if assigned is None:
+                continue
+            before = assigned.metadata or CommitMetadata(None, 0, None)
+            metadata = replace(before, position=max(before.position, offset + 1))
+            points[key] = CommitPoint(offset + 1, metadata)
+        return points
 
     # -- recovery ----------------------------------------------------------------------
 
@@ -366,6 +393,7 @@ class StreamProcessor:
         """Throw away window state; replay every assigned partition from its commit."""
         self._rewind_needed = False
         self._pending.clear()
+        self._rejected_before_plan.clear()
         assignment = self._consumer.assignment()
         committed = self._consumer.committed(assignment, timeout=30) if assignment else []
         for tp in committed:
@@ -384,6 +412,13 @@ class StreamProcessor:
         if error.fatal():
             raise FatalKafkaError(f"consumer: {error.str()}")
         log.warning("consumer error: %s", error.str())
+
+
+def _replayed(assigned: _Assigned | None, offset: int) -> bool:
+    """Whether the message was consumed, and its side output committed, before the last
+    restart or rebalance (the position recorded in the commit metadata)."""
+    return (assigned is not None and assigned.metadata is not None
+            and offset < assigned.metadata.position)
 
 
 def _names(partitions: list[TopicPartition]) -> str:

@@ -81,14 +81,15 @@ def count_engine(*, batches: int | None = None, rows: int | None = None,
 
 
 def ref(partition: tuple[str, int], offset: int, rows: Sequence[Row]) -> MessageRef:
-    return MessageRef(partition, offset, len(rows), max((r[1] for r in rows), default=None))
+    times = [r[1] for r in rows]
+    return MessageRef(partition, offset, len(rows), min(times, default=None),
+                      max(times, default=None))
 
 
 def feed(engine: TimeWindowEngine | CountWindowEngine, partition: tuple[str, int],
-         offset: int, rows: Sequence[Row], now_ms: int, *,
-         replay: bool = False) -> pl.DataFrame | None:
+         offset: int, rows: Sequence[Row], now_ms: int) -> pl.DataFrame | None:
     """Add one message's rows."""
-    return engine.add(frame(rows), [ref(partition, offset, rows)], now_ms, replay=replay)
+    return engine.add(frame(rows), [ref(partition, offset, rows)], now_ms)
 
 
 def at(rows: Iterable[Row], ts_ms: int) -> list[Row]:
@@ -240,10 +241,9 @@ def test_replayed_rows_of_emitted_windows_are_skipped() -> None:
     engine = time_engine()
     engine.assign(P0, 4, CommitMetadata(frontier=2_000, position=7, max_event_ms=2_400),
                   now_ms=0)
-    assert [engine.is_replay(P0, offset) for offset in (4, 6, 7, 8)] == [
-        True, True, False, False]
+    assert engine.replaying(P0)
     replayed: list[Row] = [("a", 1_900, 5.0, 5, 5.0), ("a", 2_300, 1.0, 1, 1.0)]
-    assert feed(engine, P0, 4, replayed, now_ms=1, replay=True) is None
+    assert feed(engine, P0, 4, replayed, now_ms=1) is None
     assert engine.skipped_replayed_rows == 1
     assert engine.late_rows == 0
     check_windows(engine.close_due(10**9), reference([("a", 2_300, 1.0, 1, 1.0)]))
@@ -267,21 +267,58 @@ def test_assign_restores_frontier_and_event_progress() -> None:
     assert engine.commit_points() == {
         P0: CommitPoint(3, CommitMetadata(frontier=4_000, position=3, max_event_ms=5_000))}
     # The restored maximum drives the watermark (4900) before any new message arrives.
-    feed(engine, P0, 3, [("a", 4_500, 1.0, 1, 1.0), ("a", 5_050, 1.0, 1, 1.0)], now_ms=1,
-         replay=False)
+    feed(engine, P0, 3, [("a", 4_500, 1.0, 1, 1.0), ("a", 5_050, 1.0, 1, 1.0)], now_ms=1)
     assert engine.close_due(2) == []
     feed(engine, P0, 4, [("a", 5_100, 1.0, 1, 1.0)], now_ms=3)
     assert starts(engine.close_due(4)) == [4_000]  # watermark 5000
 
 
-def test_frontier_restored_from_several_partitions_is_the_largest() -> None:
+def test_each_partition_keeps_its_own_restored_frontier() -> None:
+    # P0 comes back from this instance's commit, P1 from another instance that had
+    # emitted less: P1's rows of [2000, 3000) were never emitted, so they are not late.
     engine = time_engine()
     engine.assign(P0, 0, CommitMetadata(frontier=3_000, position=0, max_event_ms=None), 0)
     engine.assign(P1, 0, CommitMetadata(frontier=2_000, position=0, max_event_ms=None), 0)
-    late = feed(engine, P1, 0, [("a", 2_500, 1.0, 1, 1.0)], now_ms=1)
+    assert feed(engine, P1, 0, [("a", 2_500, 1.0, 1, 1.0)], now_ms=1) is None
+    late = feed(engine, P0, 0, [("a", 2_500, 1.0, 1, 1.0)], now_ms=1)
     assert late is not None
     assert late.height == 1
-    assert {p.metadata.frontier for p in engine.commit_points().values()} == {3_000}
+    points = engine.commit_points()
+    assert (points[P0].metadata.frontier, points[P1].metadata.frontier) == (3_000, 2_000)
+
+
+def test_a_partition_without_a_commit_starts_at_the_instances_frontier() -> None:
+    engine = time_engine()
+    engine.assign(P0, None, None, now_ms=0)
+    feed(engine, P0, 0, [("a", 100, 1.0, 1, 1.0), ("a", 2_100, 1.0, 1, 1.0)], now_ms=1)
+    assert starts(engine.close_due(2)) == [0]
+    engine.assign(P1, None, None, now_ms=3)  # new: never consumed by anyone
+    late = feed(engine, P1, 0, [("b", 500, 1.0, 1, 1.0)], now_ms=4)
+    assert late is not None  # [0, 1000) is closed here: P1's row is late, not a 2nd emission
+    assert late.height == 1
+
+
+def test_taken_over_partition_reopens_a_closed_window_until_its_replay_passes_it() -> None:
+    # This instance closed [1000, 2000) for P0; P1 arrives from an instance that emitted
+    # only up to 1000 and had read up to offset 3 (max event 2_900).
+    engine = time_engine(lateness_ms=0)
+    engine.assign(P0, None, None, now_ms=0)
+    feed(engine, P0, 0, [("a", 1_100, 1.0, 1, 1.0), ("a", 2_900, 1.0, 1, 1.0)], now_ms=1)
+    assert starts(engine.close_due(2)) == [1_000]
+    engine.assign(P1, 1, CommitMetadata(frontier=1_000, position=3, max_event_ms=2_900), 3)
+    assert engine.replaying(P1)
+    assert feed(engine, P1, 1, [("b", 900, 4.0, 4, 4.0), ("b", 1_500, 1.0, 1, 1.0)],
+                now_ms=4) is None
+    # The restored max (2_900) must not close [1000, 2000) before P1's offset 2 is read.
+    assert engine.close_due(5) == []
+    assert feed(engine, P1, 2, [("b", 1_700, 2.0, 2, 2.0), ("b", 2_050, 1.0, 1, 1.0)],
+                now_ms=6) is None
+    assert not engine.replaying(P1)
+    assert engine.skipped_replayed_rows == 1  # the row of [0, 1000), emitted by P1's owner
+    closed = engine.close_due(7)  # watermark 2_900 once P1 has caught up
+    check_windows(closed, reference([("b", 1_500, 1.0, 1, 1.0), ("b", 1_700, 2.0, 2, 2.0)]))
+    assert engine.commit_points()[P1] == CommitPoint(
+        2, CommitMetadata(frontier=2_900, position=3, max_event_ms=2_900))
 
 
 def test_commit_metadata_keeps_the_replay_range_until_it_is_passed() -> None:
@@ -293,8 +330,7 @@ def test_commit_metadata_keeps_the_replay_range_until_it_is_passed() -> None:
     engine = time_engine()
     engine.assign(P0, 0, meta, now_ms=0)
     assert engine.commit_points()[P0].metadata.position == 2  # nothing replayed yet
-    feed(engine, P0, 0, [("a", 100, 1.0, 1, 1.0), ("a", 1_500, 1.0, 1, 1.0)], now_ms=1,
-         replay=True)
+    feed(engine, P0, 0, [("a", 100, 1.0, 1, 1.0), ("a", 1_500, 1.0, 1, 1.0)], now_ms=1)
     point = engine.commit_points()[P0]
     assert point.offset == 0
     assert point.metadata.position == 2
@@ -380,7 +416,7 @@ def test_integer_epoch_ms_time_column() -> None:
                               idle_timeout_ms=1_000, merge_every=1)
     engine.assign(P0, None, None, now_ms=0)
     data = pl.DataFrame({"k": ["a", "a", "b"], "ts": [-1, 3, 15], "v_sum": [1.0, 2.0, 4.0]})
-    engine.add(data, [MessageRef(P0, 0, 3, 15)], now_ms=0)
+    engine.add(data, [MessageRef(P0, 0, 3, min_event_ms=-1, max_event_ms=15)], now_ms=0)
     closed = engine.close_due(1_000)
     assert [(w.start_ms, w.end_ms) for w in closed] == [(-10, 0), (0, 10), (10, 20)]
     assert [w.frame["v_sum"].to_list() for w in closed] == [[1.0], [2.0], [4.0]]
@@ -412,7 +448,12 @@ def test_processing_time_windows_follow_the_wall_clock() -> None:
 def test_processing_time_never_replays() -> None:
     engine = processing_engine()
     engine.assign(P0, 5, CommitMetadata(frontier=1_000, position=9, max_event_ms=None), 0)
-    assert engine.is_replay(P0, 5) is False
+    assert engine.replaying(P0) is False
+    # Replayed input counts in the window open now (processing time is not reproducible).
+    assert engine.add(frame([("a", 0, 1.0, 1, 1.0)], with_ts=False),
+                      [MessageRef(P0, 5, 1)], now_ms=2_500) is None
+    assert engine.skipped_replayed_rows == 0
+    assert starts(engine.close_due(3_000)) == [2_000]
 
 
 def test_event_time_needs_its_column_and_type() -> None:
@@ -617,7 +658,7 @@ def test_count_window_commit_points() -> None:
 def test_count_window_assign_restores_the_window_number() -> None:
     engine = count_engine(batches=1)
     engine.assign(P0, 7, CommitMetadata(frontier=41, position=9, max_event_ms=None), 0)
-    assert engine.is_replay(P0, 7) is False
+    assert engine.replaying(P0) is False
     assert engine.commit_points()[P0].metadata.frontier == 41
     feed(engine, P0, 7, numbered(2), now_ms=1)
     assert [w.input_rows for w in engine.close_due(2)] == [2]

@@ -111,7 +111,7 @@ class TransactionalSink:
             raise FatalKafkaError(f"abort failed: {exc.args[0].str()}") from exc
 
     def close(self) -> None:
-        self._producer.flush(10)
+        _close(self._producer)
 
 
 class AtLeastOnceSink:
@@ -133,7 +133,16 @@ class AtLeastOnceSink:
                 raise AbortRequiredError(f"offset commit failed: {exc.args[0].str()}") from exc
 
     def close(self) -> None:
-        self._producer.flush(10)
+        _close(self._producer)
+
+
+def _close(producer: Producer) -> None:
+    """Deliver what is queued; a producer already failed (fenced, say) has nothing left
+    to deliver, and the error that stopped the daemon is the one to report."""
+    try:
+        producer.flush(10)
+    except KafkaException as exc:
+        log.info("producer closed in a failed state: %s", exc.args[0].str())
 
 
 def _call(operation: Any, attempts: int = 5) -> None:

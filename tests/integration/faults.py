@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -319,6 +320,23 @@ def _records(bootstrap: str, topic: str, partitions: int, *, quiet_s: float,
                              {k: v for k, v in pairs if isinstance(v, bytes)})
     finally:
         consumer.close()
+
+
+def keyed_by_partition(data: list[tuple[int, pa.Table]]) -> list[tuple[int, pa.Table]]:
+    """Each partition's rows carry only its own site ("site-<p>"), so no group is split
+    between instances and their outputs merge to the reference."""
+    out = []
+    for partition, table in data:
+        sites = pa.array([f"site-{partition}"] * table.num_rows)
+        out.append((partition, table.set_column(table.schema.get_field_index("site"), "site",
+                                                sites)))
+    return out
+
+
+def late_rows_logged(*logs: Path) -> int:
+    """Late rows a daemon without a late topic reported in its log."""
+    return sum(int(n) for log in logs if log.exists()
+               for n in re.findall(r"(\d+) late rows", log.read_text()))
 
 
 def repeated_groups(frame: pl.DataFrame, keys: list[str]) -> int:

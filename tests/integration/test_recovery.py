@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,13 @@ import polars as pl
 import pyarrow as pa
 import pytest
 import yaml
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 from polars.testing import assert_frame_equal
 
 from consumer.output import decode_output
 from tests.conftest import REPO, TopicFactory
 from tests.integration.conftest import publish_tables
+from tests.integration.faults import read_topic, write_figures
 from tests.integration.test_pipeline import KEYS, make_input, output_frame, reference
 
 pytestmark = pytest.mark.integration
@@ -33,12 +35,13 @@ SIZE_MS = 400
 
 def write_config(path: Path, bootstrap: str, source: str, sink: str, group: str, *,
                  instance_id: str = "instance-0", guarantee: str = "exactly_once",
-                 consumer: dict[str, Any] | None = None) -> Path:
+                 consumer: dict[str, Any] | None = None, dlq_topic: str | None = None,
+                 ) -> Path:
     config = {
         "kafka": {"bootstrap_servers": bootstrap, "group_id": group,
                   "consumer": consumer or {}},
         "input": {"topics": [source]},
-        "output": {"topic": sink},
+        "output": {"topic": sink, **({"dlq_topic": dlq_topic} if dlq_topic else {})},
         "window": {"kind": "tumbling", "time": "event", "timestamp_column": "ts",
                    "size_ms": SIZE_MS, "idle_timeout_ms": 1500},
         "processing": {"instance_id": instance_id, "guarantee": guarantee,
@@ -98,9 +101,10 @@ def sorted_rows(frame: pl.DataFrame) -> pl.DataFrame:
 
 def run_with_faults(bootstrap: str, config: Path, log: Path, data: list[tuple[int, pa.Table]],
                     *, stop_signal: signal.Signals, stops: int, rng: random.Random,
-                    ) -> list[int]:
-    """Publish ``data`` in ``stops`` chunks, stopping the daemon with ``stop_signal`` at a
-    random moment after each and starting it again; returns the exit codes seen."""
+                    poison: Sequence[tuple[int, bytes]] = ()) -> list[int]:
+    """Publish ``data`` in ``stops`` chunks (each followed by one ``poison`` message per
+    partition given), stopping the daemon with ``stop_signal`` at a random moment after
+    each and starting it again; returns the exit codes seen."""
     codes = []
     daemon = start_daemon(config, log)
     try:
@@ -108,6 +112,7 @@ def run_with_faults(bootstrap: str, config: Path, log: Path, data: list[tuple[in
         chunks = [data[i:i + size] for i in range(0, len(data), size)]
         for number, chunk in enumerate(chunks):
             publish_tables(bootstrap, config_source(config), chunk, producer_id=f"w{number}")
+            publish_raw(bootstrap, config_source(config), poison)
             time.sleep(rng.uniform(0.3, 1.5))
             daemon.send_signal(stop_signal)
             codes.append(daemon.wait(30))
@@ -119,6 +124,22 @@ def run_with_faults(bootstrap: str, config: Path, log: Path, data: list[tuple[in
         if daemon.poll() is None:
             daemon.kill()
     return codes
+
+
+def publish_raw(bootstrap: str, topic: str, values: Sequence[tuple[int, bytes]]) -> None:
+    if not values:
+        return
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for partition, value in values:
+        producer.produce(topic, value, partition=partition)
+    assert producer.flush(30) == 0
+
+
+def dead_letter_origins(bootstrap: str, dlq: str) -> list[tuple[int, int]]:
+    """(original partition, original offset) of every committed DLQ record."""
+    return [(int(r.headers["arrowagg.dlq.original-partition"]),
+             int(r.headers["arrowagg.dlq.original-offset"]))
+            for r in read_topic(bootstrap, dlq, 1)]
 
 
 def config_source(config: Path) -> str:
@@ -133,19 +154,28 @@ def test_twenty_sigkills_lose_nothing_and_duplicate_nothing(
     bootstrap: str, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
     source, sink = topic_factory("in", partitions=3), topic_factory("out")
-    config = write_config(tmp_path / "config.yaml", bootstrap, source, sink, f"g-{source}")
+    dlq = topic_factory("dlq")
+    config = write_config(tmp_path / "config.yaml", bootstrap, source, sink, f"g-{source}",
+                          dlq_topic=dlq)
     log = tmp_path / "daemon.log"
     data = ordered_input(batches_per_producer=100)
     reader = ParallelReader(bootstrap, sink)
+    poison = [(p, b"not an Arrow IPC stream") for p in range(3)]
     codes = run_with_faults(bootstrap, config, log, data, stop_signal=signal.SIGKILL, stops=20,
-                            rng=random.Random(11))
+                            rng=random.Random(11), poison=poison)
     got, starts = output_frame(bootstrap, sink)
     seen_in_parallel = reader.stop()
     expected = reference([t for _, t in data], SIZE_MS)
-    print(f"recovery: {len(codes)} SIGKILLs survived, {len(starts)} windows, "
-          f"{int(got['row_count'].sum())} rows, duplicates "
-          f"{len(starts) - len(set(starts))}, lost {len(expected) - got.height}")
+    dead = dead_letter_origins(bootstrap, dlq)
+    write_figures("sigkill", {
+        "sigkills": len(codes), "windows": len(starts), "rows": int(got["row_count"].sum()),
+        "duplicates": len(starts) - len(set(starts)), "lost": len(expected) - got.height,
+        "poison_sent": 20 * len(poison), "dead_letters": len(dead),
+        "dead_letters_repeated": len(dead) - len(set(dead)),
+    })
     assert codes == [-signal.SIGKILL] * 20
+    assert len(set(dead)) == 20 * len(poison), "every poison message is dead-lettered"
+    assert len(dead) == len(set(dead)), "a replay after a crash dead-lettered a message again"
     assert sorted(starts) == sorted(set(starts)), "a window was emitted twice"
     assert int(got["row_count"].sum()) == pa.concat_tables([t for _, t in data]).num_rows
     assert_frame_equal(sorted_rows(got), expected, check_exact=False, rel_tol=1e-9,

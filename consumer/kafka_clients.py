@@ -69,6 +69,11 @@ def consumer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dic
         "fetch.min.bytes": 1,
         "fetch.wait.max.ms": 100,
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        # Prefetch while a batch is aggregated. When the local queue is full librdkafka
+        # stops fetching for fetch.queue.backoff.ms (default 1 s): the daemon drains the
+        # queue in bursts, so with the default it sat idle for seconds in every GB.
+        "queued.max.messages.kbytes": 256 * 1024,
+        "fetch.queue.backoff.ms": 10,
         "enable.partition.eof": False,
         **kafka.consumer,
     }

@@ -131,11 +131,9 @@ class StreamProcessor:
     def run(self) -> None:
         self._consumer.subscribe(self._settings.input.topics, on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
-        processing = self._settings.processing
         try:
             while not self._stop:
-                messages = self._consumer.consume(processing.poll_max_messages,
-                                                  processing.poll_timeout_ms / 1000)
+                messages = self._poll()
                 if self._rewind_needed:
                     self._rewind()  # what this poll returned predates the rewind
                     continue
@@ -149,7 +147,24 @@ class StreamProcessor:
             self._consumer.close()
             self._sink.close()
 
-    # -- rebalance callbacks (called from inside consume()) ---------------------------
+    def _poll(self) -> list[Message]:
+        """What the client has fetched, up to ``poll_max_messages``, without waiting; when
+        nothing is there, the first message to arrive within ``poll_timeout_ms`` and what
+        came with it. ``consume(n, timeout)`` alone would wait for n messages or the whole
+        timeout: with a backlog of large messages the local queue rarely holds n, and a
+        quiet stream would delay every window close by the timeout."""
+        processing = self._settings.processing
+        messages = self._consumer.consume(processing.poll_max_messages, 0)
+        if messages:
+            return messages
+        first = self._consumer.poll(processing.poll_timeout_ms / 1000)
+        if first is None:
+            return []
+        if processing.poll_max_messages == 1:
+            return [first]
+        return [first, *self._consumer.consume(processing.poll_max_messages - 1, 0)]
+
+    # -- rebalance callbacks (called from inside poll()) ------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         committed = consumer.committed(partitions, timeout=30) if partitions else []

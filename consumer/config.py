@@ -102,8 +102,11 @@ class InputSettings(_Section):
     max_rows_per_message: PositiveInt = 10_000_000
     max_decoded_bytes_per_message: PositiveInt = 1 << 30
     # Memory budget: distinct (window, keys) groups held across open windows. When it is
-    # reached, the open windows are emitted as non-final revisions and start afresh.
+    # reached, the open windows are emitted as non-final revisions and start afresh;
+    # "pause" first pauses the partitions ahead of the watermark at 80% of it
+    # (consumer/budget.py).
     max_groups: PositiveInt = 5_000_000
+    over_budget: Literal["pause", "emit_early"] = "pause"
 
 
 class DlqLimitSettings(_Section):

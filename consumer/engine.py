@@ -51,6 +51,7 @@ class WindowEngine(Protocol):
     def keep_alive(self, partition: PartitionKey, now_ms: int) -> None: ...
     def revoke(self, partition: PartitionKey) -> None: ...
     def replaying(self, partition: PartitionKey) -> bool: ...
+    def ahead_of_watermark(self, now_ms: int) -> list[PartitionKey]: ...
     def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
             now_ms: int) -> pl.DataFrame | None: ...
     def close_due(self, now_ms: int) -> list[ClosedWindow]: ...
@@ -138,6 +139,10 @@ class TimeWindowEngine:
             return False
         next_offset = self._offsets.next_offset(partition)
         return next_offset is None or next_offset < progress.replay_until
+
+    def ahead_of_watermark(self, now_ms: int) -> list[PartitionKey]:
+        """Partitions whose input fills windows the watermark cannot close yet."""
+        return self._watermarks.ahead(now_ms) if self._event_time else []
 
     def _end_replay_if_caught_up(self, partition: PartitionKey, now_ms: int) -> None:
         progress = self._progress.get(partition)
@@ -358,6 +363,9 @@ class CountWindowEngine:
 
     def replaying(self, partition: PartitionKey) -> bool:  # noqa: ARG002
         return False
+
+    def ahead_of_watermark(self, now_ms: int) -> list[PartitionKey]:  # noqa: ARG002
+        return []  # one count window at a time: pausing a partition does not close it
 
     def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
             now_ms: int) -> pl.DataFrame | None:

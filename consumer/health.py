@@ -69,7 +69,8 @@ class HealthServer(NullObserver):
     def loop_turned(self, now_ms: int) -> None:  # noqa: ARG002 - our own clock is monotonic
         self._last_turn = self._clock()
 
-    def state(self, *, open_windows: int, groups: int, ready: bool) -> None:  # noqa: ARG002
+    def state(self, *, open_windows: int, groups: int, ready: bool,  # noqa: ARG002
+              paused: int = 0) -> None:  # noqa: ARG002
         self._ready = ready
 
     def stopping(self) -> None:

@@ -89,6 +89,9 @@ class Metrics(NullObserver):
             "output.dlq_topic is set), by reason", ("reason",), registry=registry)
         self.groups = Gauge("arrowagg_state_groups", "Distinct (window, keys) groups held",
                             registry=registry)
+        self.paused_partitions = Gauge(
+            "arrowagg_paused_partitions", "Input partitions paused to keep the groups held "
+            "within input.max_groups", registry=registry)
         self.commits = Counter("arrowagg_transaction_commits", "Transactions committed "
                                "(at_least_once: flushes committed)", registry=registry)
         self.aborts = Counter("arrowagg_transaction_aborts", "Transactions aborted",
@@ -157,10 +160,11 @@ class Metrics(NullObserver):
     def rebalanced(self) -> None:
         self.rebalances.inc()
 
-    def state(self, *, open_windows: int, groups: int, ready: bool) -> None:
+    def state(self, *, open_windows: int, groups: int, ready: bool, paused: int = 0) -> None:
         self._groups = groups
         self.windows_open.set(open_windows)
         self.groups.set(groups)
+        self.paused_partitions.set(paused)
         self.ready.set(1 if ready else 0)
 
     def statistics(self, stats_json: str) -> None:

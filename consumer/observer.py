@@ -30,8 +30,9 @@ class ProcessorObserver(Protocol):
     def aborted(self) -> None: ...
     def rebalanced(self) -> None: ...
 
-    def state(self, *, open_windows: int, groups: int, ready: bool) -> None:
-        """After every turn: open windows, groups held, and readiness."""
+    def state(self, *, open_windows: int, groups: int, ready: bool, paused: int = 0) -> None:
+        """After every turn: open windows, groups held, readiness, and the partitions
+        paused to keep within the memory budget."""
 
     def statistics(self, stats_json: str) -> None:
         """librdkafka's statistics JSON (statistics.interval.ms)."""
@@ -66,7 +67,7 @@ class NullObserver:
     def rebalanced(self) -> None:
         pass
 
-    def state(self, *, open_windows: int, groups: int, ready: bool) -> None:
+    def state(self, *, open_windows: int, groups: int, ready: bool, paused: int = 0) -> None:
         pass
 
     def statistics(self, stats_json: str) -> None:

@@ -18,6 +18,7 @@ import polars as pl
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
+from consumer.budget import GroupBudget
 from consumer.config import Settings
 from consumer.decode import DecodedMessage, Decoder, RejectedMessageError
 from consumer.dlq import DlqLimit, dead_letter
@@ -35,6 +36,7 @@ from consumer.sink import (
     OutputSink,
     TransactionalSink,
 )
+from consumer.window_store import ClosedWindow
 from consumer.windows import WindowSpec
 from producer.wire import DecodeLimits, encode_ipc_stream
 
@@ -84,7 +86,7 @@ class StreamProcessor:
             max_message_bytes=settings.input.max_message_bytes,
         )
         self._dlq_limit = DlqLimit(settings.dlq_limit)
-        self._max_groups = settings.input.max_groups
+        self._budget = GroupBudget(settings.input.max_groups, settings.input.over_budget)
         self._engine: WindowEngine | None = None
         # Messages rejected before the first valid one fixed the plan (and so the engine).
         self._rejected_before_plan: list[tuple[PartitionKey, int]] = []
@@ -201,6 +203,7 @@ class StreamProcessor:
 
     def _forget(self, key: PartitionKey) -> None:
         self._assigned.pop(key, None)
+        self._budget.forget([key])
         if self._engine is not None:
             self._engine.revoke(key)
 
@@ -318,10 +321,8 @@ class StreamProcessor:
         now = self._clock()
         output = self._settings.output
         closed = self._engine.close_due(now) if self._engine is not None else []
-        if self._engine is not None and self._engine.cardinality() >= self._max_groups:
-            log.warning("%d groups held (input.max_groups = %d): emitting open windows early",
-                        self._engine.cardinality(), self._max_groups)
-            closed += self._engine.emit_early(now)
+        if self._engine is not None:
+            closed += self._keep_to_budget(self._engine, now)
         for window in closed:
             for msg in encode_window(window, fmt=output.format, compression=output.compression,
                                      max_bytes=output.max_message_bytes,
@@ -353,6 +354,23 @@ class StreamProcessor:
             log.info("emitted window [%d, %d): %d groups from %d rows", window.start_ms,
                      window.end_ms, window.frame.height, window.input_rows)
 
+    def _keep_to_budget(self, engine: WindowEngine, now: int) -> list[ClosedWindow]:
+        """Pause partitions that run ahead, resume them, or emit early (consumer/budget.py)."""
+        groups = engine.cardinality()
+        decision = self._budget.check(groups, engine.ahead_of_watermark(now))
+        if decision.pause:
+            log.warning("%d groups held: pausing %s, ahead of the watermark, until windows "
+                        "close", groups, _keys(decision.pause))
+            self._consumer.pause(_partitions(decision.pause))
+        if decision.resume:
+            log.info("%d groups held: resuming %s", groups, _keys(decision.resume))
+            self._consumer.resume(_partitions(decision.resume))
+        if not decision.emit_early:
+            return []
+        log.warning("%d groups held (input.max_groups = %d): emitting open windows early",
+                    groups, self._settings.input.max_groups)
+        return engine.emit_early(now)
+
     def _keep_backlogged_alive(self) -> None:
         """A partition with input waiting on the broker is behind, not idle: without this
         a backlog (or a slow fetch) would close windows early and turn its rows late."""
@@ -376,7 +394,7 @@ class StreamProcessor:
         engine = self._engine
         self._observer.state(open_windows=0 if engine is None else engine.open_window_count(),
                              groups=0 if engine is None else engine.cardinality(),
-                             ready=self.is_ready())
+                             ready=self.is_ready(), paused=len(self._budget.paused))
 
     def _commit_offsets(self) -> list[TopicPartition]:
         points = (self._engine.commit_points() if self._engine is not None
@@ -409,6 +427,8 @@ class StreamProcessor:
         self._rewind_needed = False
         self._pending.clear()
         self._rejected_before_plan.clear()
+        if released := self._budget.release_all():  # the state they were paused for is gone
+            self._consumer.resume(_partitions(released))
         assignment = self._consumer.assignment()
         committed = self._consumer.committed(assignment, timeout=30) if assignment else []
         for tp in committed:
@@ -434,6 +454,14 @@ def _replayed(assigned: _Assigned | None, offset: int) -> bool:
     restart or rebalance (the position recorded in the commit metadata)."""
     return (assigned is not None and assigned.metadata is not None
             and offset < assigned.metadata.position)
+
+
+def _partitions(keys: list[PartitionKey]) -> list[TopicPartition]:
+    return [TopicPartition(topic, partition) for topic, partition in keys]
+
+
+def _keys(keys: list[PartitionKey]) -> str:
+    return ", ".join(f"{topic}[{partition}]" for topic, partition in keys)
 
 
 def _names(partitions: list[TopicPartition]) -> str:

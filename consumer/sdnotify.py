@@ -63,7 +63,8 @@ class SystemdNotifier(NullObserver):
             lines.append(f"STATUS={self._status()}")
         self.notify(*lines)
 
-    def state(self, *, open_windows: int, groups: int, ready: bool) -> None:  # noqa: ARG002
+    def state(self, *, open_windows: int, groups: int, ready: bool,  # noqa: ARG002
+              paused: int = 0) -> None:  # noqa: ARG002
         if ready and not self._ready_sent:
             self._ready_sent = True
             self._last_status = self._clock()

@@ -95,9 +95,10 @@ class ServiceObserver:
     def rebalanced(self) -> None:
         self._each("rebalanced", lambda part: part.rebalanced())
 
-    def state(self, *, open_windows: int, groups: int, ready: bool) -> None:
+    def state(self, *, open_windows: int, groups: int, ready: bool, paused: int = 0) -> None:
         self._each("state", lambda part: part.state(open_windows=open_windows, groups=groups,
-                                                    ready=ready and not self._stopping))
+                                                    ready=ready and not self._stopping,
+                                                    paused=paused))
 
     def statistics(self, stats_json: str) -> None:
         self._each("statistics", lambda part: part.statistics(stats_json))

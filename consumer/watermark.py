@@ -55,6 +55,19 @@ class WatermarkTracker:
         progress = self._partitions.get(partition)
         return None if progress is None else progress.max_event_ms
 
+    def ahead(self, now_ms: int) -> list[PartitionKey]:
+        """Live partitions past the slowest one: they do not hold the watermark back."""
+        live = {key: p.max_event_ms for key, p in self._partitions.items()
+                if now_ms - p.last_active_ms < self._idle_timeout_ms}
+        if len(live) < 2:
+            return []
+        known = [ms for ms in live.values() if ms is not None]
+        if not known:
+            return []
+        slowest = min(known) if len(known) == len(live) else None
+        return sorted(key for key, ms in live.items()
+                      if ms is not None and (slowest is None or ms > slowest))
+
     def current(self, now_ms: int) -> Watermark:
         live = [
             p for p in self._partitions.values()

@@ -150,3 +150,19 @@ def test_watermark_is_min_of_maxima_minus_lateness(
         marks.observe(("t", partition), event_ms, now_ms=0)
         maxima[partition] = max(maxima.get(partition, event_ms), event_ms)
     assert marks.current(0) == Watermark(min(maxima.values()) - lateness, all_idle=False)
+
+
+def test_partitions_ahead_of_the_slowest_live_one() -> None:
+    tracker = WatermarkTracker(allowed_lateness_ms=0, idle_timeout_ms=1_000)
+    tracker.observe(P0, 5_000, now_ms=0)
+    tracker.observe(P1, 2_000, now_ms=0)
+    tracker.observe(P2, 5_000, now_ms=900)
+    assert tracker.ahead(now_ms=900) == [P0, P2]
+    assert tracker.ahead(now_ms=1_000) == []  # only P2 is live: nothing to be ahead of
+
+
+def test_every_partition_with_data_is_ahead_of_one_without() -> None:
+    tracker = WatermarkTracker(allowed_lateness_ms=0, idle_timeout_ms=1_000)
+    tracker.assign(P0, 0, None)
+    tracker.observe(P1, 2_000, now_ms=0)
+    assert tracker.ahead(now_ms=0) == [P1]

@@ -24,14 +24,14 @@ from consumer.plan import AggFunc, AggregationPlan
 ROWS = "__rows"
 ROW_COUNT = "row_count"
 
-# Engine choice, measured on 2 cores (Mrows/s of a 3-key, 7-aggregate group_by with 10k
-# groups, in-memory vs streaming): 50k rows 18 vs 10, 200k 20 vs 15, 400k 21 vs 20, 1M 20
-# vs 26, 3M 19 vs 37; merge() of 10k state rows 1.1 vs 1.7 ms, 80k 8.3 vs 6.1, 300k 60 vs
-# 23, 1M 208 vs 62. partial() materialises its batch first (it needs the null counts), so
-# it knows the height and streams from the break-even; merge() streams from this many
-# state rows.
+# Engine choice, measured on 2 cores. partial() of a batch whose window column is computed
+# inside the query (Mrows/s over 3.2M rows of the kernel's 10k-group data, in-memory vs
+# streaming): 100k-row batches 23 vs 22, 200k 21 vs 23, 400k 24 vs 34, 800k 26 vs 42.
+# merge() of 10k state rows 1.1 vs 1.7 ms, 80k 8.3 vs 6.1, 300k 60 vs 23, 1M 208 vs 62.
+# partial() learns the batch's height from a cheap count and streams from the
+# break-even; merge() streams from this many state rows.
 _STREAMING_MERGE_FROM_ROWS = 50_000
-_STREAMING_PARTIAL_FROM_ROWS = 600_000
+_STREAMING_PARTIAL_FROM_ROWS = 200_000
 # Like DataFusion's skip_partial_aggregation_probe_ratio_threshold: a batch whose state
 # keeps more than this share of its rows is not worth grouping; the next batches go to
 # merge() ungrouped, then a batch is grouped again to probe whether that still holds.
@@ -79,6 +79,9 @@ class PartialAggregator:
         self._order_free = all(p.part not in ("first", "last") for p in self._all_parts())
         self._state_schema: pl.Schema | None = None
         self._skip_batches = 0
+        # False when the last partial() passed its rows on ungrouped (one state row per
+        # input row): such a state may hold a group more than once until merged.
+        self.last_partial_grouped = True
 
     def _all_parts(self) -> list[_StatePart]:
         return [p for parts in self._parts for p in parts]
@@ -101,58 +104,96 @@ class PartialAggregator:
         not grouped at all: each row becomes its own state row, and merge() does the
         grouping once. The result is the same; the wasted hashing is not.
         """
-        rows = frame.collect(engine="in-memory")
         if self._skip_batches > 0:
             self._skip_batches -= 1
-            return self._keep(self._row_states(rows))
+            self.last_partial_grouped = False
+            return self._keep(self._row_states(frame))
+        self.last_partial_grouped = True
+        height, nulls = self._profile(frame)
         # A non-null count over a column without nulls is the group's row count: take it
         # from __rows afterwards instead of counting per group (Arrow knows null counts).
         derived = [p for p in self._all_parts()
-                   if p.part in ("n", "count") and rows.get_column(p.column).null_count() == 0]
+                   if p.part in ("n", "count") and nulls[p.column] == 0]
         skip = {p.name for p in derived}
-        exprs = [_partial_expr(p, rows.schema[p.column])
+        schema = frame.collect_schema()
+        exprs = [_partial_expr(p, schema[p.column])
                  for p in self._all_parts() if p.name not in skip]
         counted = pl.len().cast(pl.Int64).alias(ROWS)
-        query = self._aggregate(rows.lazy(), [*exprs, counted])
+        # The batch is not materialised first: its window column (or any other derived
+        # column) is computed inside the grouping query, morsel by morsel.
+        query = self._aggregate(frame, [*exprs, counted])
         if derived:
             query = query.with_columns(pl.col(ROWS).alias(p.name) for p in derived)
             query = query.select(*self._group_by, *self._state_names, ROWS)
-        streaming = rows.height >= _STREAMING_PARTIAL_FROM_ROWS and self._order_free
+        streaming = height >= _STREAMING_PARTIAL_FROM_ROWS and self._order_free
         state = query.collect(engine="streaming" if streaming else "in-memory")
-        if (self._group_by and self._order_free and rows.height >= _SKIP_PROBE_MIN_ROWS
-                and state.height > _SKIP_WHEN_STATE_RATIO * rows.height):
+        if (self._group_by and self._order_free and height >= _SKIP_PROBE_MIN_ROWS
+                and state.height > _SKIP_WHEN_STATE_RATIO * height):
             self._skip_batches = _SKIP_BATCHES
         return self._keep(state)
+
+    def _profile(self, frame: pl.LazyFrame) -> tuple[int, dict[str, int]]:
+        """The batch's row count and each aggregated column's null count; only the input
+        columns are read (Arrow keeps null counts, so this costs next to nothing)."""
+        columns = list(dict.fromkeys(p.column for p in self._all_parts()))
+        stats = frame.select(
+            pl.len().alias("rows"),
+            *(pl.col(c).null_count().alias(f"nulls{i}") for i, c in enumerate(columns)),
+        ).collect(engine="in-memory")
+        nulls = {c: int(stats.item(0, f"nulls{i}")) for i, c in enumerate(columns)}
+        return int(stats.item(0, "rows")), nulls
 
     def _keep(self, state: pl.DataFrame) -> pl.DataFrame:
         if self._state_schema is None:
             self._state_schema = state.schema
         return state
 
-    def _row_states(self, rows: pl.DataFrame) -> pl.DataFrame:
+    def _row_states(self, rows: pl.LazyFrame) -> pl.DataFrame:
         """Each row as a one-row state: what partial() gives a batch of distinct groups."""
+        schema = rows.collect_schema()
         exprs = []
         for p in self._all_parts():
             col = pl.col(p.column)
             if p.part == "sum":
-                exprs.append(col.cast(_sum_dtype(p.column, rows.schema[p.column])).alias(p.name))
+                exprs.append(col.cast(_sum_dtype(p.column, schema[p.column])).alias(p.name))
             elif p.part in ("n", "count"):
                 exprs.append(col.is_not_null().cast(pl.Int64).alias(p.name))
             else:
                 exprs.append(col.alias(p.name))
-        return rows.select(*self._group_by, *exprs, pl.lit(1, pl.Int64).alias(ROWS))
+        states = rows.select(*self._group_by, *exprs, pl.lit(1, pl.Int64).alias(ROWS))
+        return states.collect(engine="in-memory")
 
-    def merge(self, states: Sequence[pl.DataFrame]) -> pl.DataFrame:
-        """Merge states, given in arrival order, into one state of the same schema."""
+    def merge(self, states: Sequence[pl.DataFrame], *, regroup: bool = False) -> pl.DataFrame:
+        """Merge states, given in arrival order, into one state of the same schema.
+
+        A single state is returned as it is, unless ``regroup``: then it may be an
+        ungrouped one (see ``last_partial_grouped``) and is grouped like several would be.
+        """
         if not states:
             return self.state_schema.to_frame()
-        if len(states) == 1:
+        if len(states) == 1 and not regroup:
             return states[0]
-        exprs = [_merge_expr(p) for parts in self._parts for p in parts]
+        # A non-null count equal to __rows in every state row (a column that has had no
+        # nulls) stays equal to it: summing it again is wasted work.
+        implied = self._implied_counts(states)
+        skip = {p.name for p in implied}
+        exprs = [_merge_expr(p) for p in self._all_parts() if p.name not in skip]
         merged = pl.concat([s.lazy() for s in states], how="vertical")
         query = self._aggregate(merged, [*exprs, pl.col(ROWS).sum()])
+        if implied:
+            query = query.with_columns(pl.col(ROWS).alias(p.name) for p in implied)
+            query = query.select(*self._group_by, *self._state_names, ROWS)
         streaming = sum(s.height for s in states) >= _STREAMING_MERGE_FROM_ROWS
         return query.collect(engine="streaming" if streaming else "in-memory")
+
+    def _implied_counts(self, states: Sequence[pl.DataFrame]) -> list[_StatePart]:
+        """The non-null counts equal to __rows in every row of ``states``."""
+        counts = [p for p in self._all_parts() if p.part in ("n", "count")]
+        if not counts or sum(s.height for s in states) < _STREAMING_MERGE_FROM_ROWS:
+            return []  # a small merge costs less than the check
+        same = [(pl.col(p.name) == pl.col(ROWS)).all().alias(p.name) for p in counts]
+        checks = pl.concat([s.select(same) for s in states])
+        return [p for p in counts if checks.get_column(p.name).all()]
 
     def finalize(self, state: pl.DataFrame) -> pl.DataFrame:
         """The result: group_by columns, each aggregate under its input name (in plan

@@ -33,19 +33,41 @@ class ClosedWindow:
     revision: int = 0
 
 
+@dataclass(frozen=True)
+class _Part:
+    """A state frame, the window starts it holds rows of, and whether it is grouped
+    (each group at most once) or still holds ungrouped row states."""
+
+    frame: pl.DataFrame
+    starts: frozenset[int]
+    grouped: bool
+
+    def split(self, due: frozenset[int]) -> tuple[_Part | None, _Part | None]:
+        """(its rows of the ``due`` windows, its other rows); filters only when mixed."""
+        if self.starts <= due:
+            return self, None
+        if self.starts.isdisjoint(due):
+            return None, self
+        closing = pl.col(WINDOW_START).is_in(sorted(due & self.starts))
+        return (_Part(self.frame.filter(closing), self.starts & due, self.grouped),
+                _Part(self.frame.filter(~closing), self.starts - due, self.grouped))
+
+
 class WindowStore:
     def __init__(self, aggregator: PartialAggregator, *, merge_every: int) -> None:
         self._aggregator = aggregator
         self._merge_every = merge_every
-        self._pending: list[pl.DataFrame] = []
-        self._state: pl.DataFrame | None = None
+        self._pending: list[_Part] = []
+        self._state: _Part | None = None
         self._ends: dict[int, int] = {}  # open window start -> end
 
     def add(self, partial: pl.DataFrame, ends: dict[int, int]) -> None:
-        """Add one batch's partial state; ``ends`` maps each window start it holds to its end."""
+        """Add the partial state that the aggregator's partial() has just returned;
+        ``ends`` maps each window start it holds to its end."""
         if partial.height == 0:
             return
-        self._pending.append(partial)
+        grouped = self._aggregator.last_partial_grouped
+        self._pending.append(_Part(partial, frozenset(ends), grouped))
         self._ends.update(ends)
         if len(self._pending) >= self._merge_every:
             self._merge()
@@ -55,8 +77,7 @@ class WindowStore:
 
     def cardinality(self) -> int:
         """Groups held across open windows (an upper bound until pending partials merge)."""
-        held = 0 if self._state is None else self._state.height
-        return held + sum(p.height for p in self._pending)
+        return sum(p.frame.height for p in self._parts())
 
     def pop_closed(self, frontier_ms: int | None) -> list[ClosedWindow]:
         """Remove and return every window whose end is at or below ``frontier_ms``."""
@@ -74,29 +95,35 @@ class WindowStore:
         self._state = None
         self._ends.clear()
 
+    def _parts(self) -> list[_Part]:
+        return self._pending if self._state is None else [self._state, *self._pending]
+
     def _merge(self) -> None:
-        parts = self._pending if self._state is None else [self._state, *self._pending]
-        self._state = self._aggregator.merge(parts)
+        self._state = _merged(self._aggregator, self._parts())
         self._pending = []
 
     def _pop(self, starts: list[int]) -> list[ClosedWindow]:
         if not starts:
             return []
-        parts = self._pending if self._state is None else [self._state, *self._pending]
-        if len(starts) == len(self._ends):  # every open window closes
-            closing = self._aggregator.merge(parts)
-            self._state, self._pending = None, []
-        else:
-            # Merge only the closing windows' rows. The open windows' rows stay as they
-            # are (the state still merged, the partials still pending) rather than being
-            # re-aggregated at every close.
-            due = pl.col(WINDOW_START).is_in(starts)
-            closing = self._aggregator.merge([p.filter(due) for p in parts])
-            kept = [p.filter(~due) for p in parts]
-            if self._state is not None:
-                self._state, kept = kept[0], kept[1:]
-            self._pending = [p for p in kept if p.height]
-        results = self._aggregator.finalize(closing)
+        # Only the closing windows' rows are merged. The open windows' rows stay as they
+        # are (the state still merged, the partials still pending) rather than being
+        # re-aggregated at every close; a part is filtered only if it holds both kinds.
+        due = frozenset(starts)
+        closing: list[_Part] = []
+        state, self._state = self._state, None
+        if state is not None:
+            closed_part, self._state = state.split(due)
+            closing += [closed_part] if closed_part is not None else []
+        kept = []
+        for part in self._pending:
+            closed_part, open_part = part.split(due)
+            closing += [closed_part] if closed_part is not None else []
+            kept += [open_part] if open_part is not None and open_part.frame.height else []
+        self._pending = kept
+        results = self._aggregator.finalize(_merged(self._aggregator, closing).frame)
+        return self._closed_windows(starts, results)
+
+    def _closed_windows(self, starts: list[int], results: pl.DataFrame) -> list[ClosedWindow]:
         if len(starts) == 1:  # the usual case: no need to split (and copy) the result
             by_start = {(starts[0],): results} if results.height else {}
         else:
@@ -108,6 +135,13 @@ class WindowStore:
         for start in starts:
             self._ends.pop(start, None)  # a window whose groups were all empty
         return sorted(closed, key=lambda w: w.start_ms)
+
+
+def _merged(aggregator: PartialAggregator, parts: list[_Part]) -> _Part:
+    """One grouped part from ``parts`` (in arrival order)."""
+    regroup = not all(p.grouped for p in parts)
+    frame = aggregator.merge([p.frame for p in parts], regroup=regroup)
+    return _Part(frame, frozenset().union(*(p.starts for p in parts)), grouped=True)
 
 
 def _closed(start_ms: int, end_ms: int, frame: pl.DataFrame) -> ClosedWindow:

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from consumer.aggregate import _STREAMING_MERGE_FROM_ROWS, PartialAggregator
+from consumer.decode import poll_frame
 from consumer.plan import AggregationPlan, derive_plan
+from producer.wire import dictionary_keys
 
 # -- the random-rows property -------------------------------------------------------------
 
@@ -376,3 +378,65 @@ def test_batches_of_distinct_groups_give_the_sql_result() -> None:
     got = aggregator.finalize(aggregator.merge(states))
     reference = duckdb_reference(pl.concat(batches), ORDER_FREE_SQL)
     assert_same_groups(got, reference, GROUP_BY)
+
+
+# -- dictionary-encoded input (arrowagg's own workers) --------------------------------------
+
+DICT_PLAN = derive_plan(pa.schema([("site", pa.string()), ("sensor", pa.string()),
+                                   ("v_sum", pa.float64()), ("v_max", pa.int64())]))
+DICT_GROUP_BY = ("window_start", "site", "sensor")
+DICT_SQL = """
+SELECT window_start, site, sensor, SUM(v_sum) AS v_sum, MAX(v_max) AS v_max,
+       COUNT(*) AS row_count
+FROM rows GROUP BY ALL
+"""
+
+
+def message_table(index: int, rows: int) -> pa.Table:
+    """One message: its own key values, some shared with other messages, some null."""
+    sites = [None if (i + index) % 11 == 0 else f"s{(i * 7 + index * 3) % 23}"
+             for i in range(rows)]
+    return pa.table({
+        "window_start": pa.array([(i + index) % 3 * 1_000 for i in range(rows)], pa.int64()),
+        "site": pa.array(sites),
+        "sensor": pa.array([f"n{(i + index) % 4}" for i in range(rows)]),
+        "v_sum": pa.array([None if i % 5 == 0 else i * 0.25 for i in range(rows)]),
+        "v_max": pa.array([i * index % 17 for i in range(rows)], pa.int64()),
+    })
+
+
+@pytest.mark.parametrize("encoding", ["plain", "dictionary"])
+def test_messages_with_their_own_dictionaries_aggregate_like_sql(encoding: str) -> None:
+    plain = [message_table(i, 40 + i) for i in range(6)]
+    # dictionary_encode gives each message its own dictionary, in first-seen order.
+    sent = [dictionary_keys(t) for t in plain] if encoding == "dictionary" else plain
+    aggregator = PartialAggregator(DICT_PLAN, DICT_GROUP_BY)
+    polls = [poll_frame(sent[:2]), poll_frame(sent[2:3]), poll_frame(sent[3:])]
+    got = run(aggregator, polls).with_columns(pl.col("site", "sensor").cast(pl.String))
+    frame = pl.from_arrow(pa.concat_tables(plain))
+    assert isinstance(frame, pl.DataFrame)
+    assert_same_groups(got, duckdb_reference(frame, DICT_SQL), DICT_GROUP_BY)
+
+
+def test_a_million_distinct_dictionary_keys_aggregate_like_sql() -> None:
+    """The high-cardinality path (batches pass ungrouped, one merge groups them) with
+    dictionary keys: every row its own group, plus some repeats across batches."""
+    groups, rows = 1_000_000, 250_000
+    batches = []
+    for b in range(5):
+        pick = (pl.int_range(0, rows, dtype=pl.Int64, eager=True) + b * 190_000) % groups
+        table = pl.select(
+            window_start=pl.lit(0, pl.Int64), site=pl.format("site-{}", pick // 8),
+            sensor=pl.format("sensor-{}", pick % 8), v_sum=pick.cast(pl.Float64) / 2,
+            v_max=pick % 1_000,
+        ).to_arrow()
+        batches.append(poll_frame([dictionary_keys(table)]))
+    aggregator = PartialAggregator(DICT_PLAN, DICT_GROUP_BY)
+    states = [aggregator.partial(batch.lazy()) for batch in batches]
+    assert states[1].height == rows  # ungrouped after the probe
+    got = aggregator.finalize(aggregator.merge(states, regroup=True))
+    plain = pl.concat(batches).with_columns(pl.col("site", "sensor").cast(pl.String))
+    expected = duckdb_reference(plain, DICT_SQL)
+    assert got.height == expected.height
+    assert_same_groups(got.with_columns(pl.col("site", "sensor").cast(pl.String)), expected,
+                       DICT_GROUP_BY)

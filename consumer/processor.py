@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from consumer.budget import GroupBudget
 from consumer.config import Settings
-from consumer.decode import DecodedMessage, Decoder, RejectedMessageError
+from consumer.decode import DecodedMessage, Decoder, RejectedMessageError, poll_frame
 from consumer.dlq import DlqLimit, dead_letter
 from consumer.engine import CountWindowEngine, MessageRef, TimeWindowEngine, WindowEngine
 from consumer.kafka_clients import consumer_config, producer_config
@@ -230,9 +230,7 @@ class StreamProcessor:
             self._observer.consumed(key, 1, rows, len(message.value() or b""))
         if not tables:
             return
-        frame = pl.from_arrow(pa.concat_tables(tables), rechunk=False)
-        assert isinstance(frame, pl.DataFrame)  # noqa: S101 - a Table gives a frame
-        late = self._require_engine().add(frame, refs, now)
+        late = self._require_engine().add(poll_frame(tables), refs, now)
         if late is not None:
             self._late(late)
 

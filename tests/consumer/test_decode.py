@@ -6,8 +6,9 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import pytest
+from polars.testing import assert_frame_equal
 
-from consumer.decode import Decoder, RejectedMessageError
+from consumer.decode import Decoder, RejectedMessageError, poll_frame
 from consumer.plan import AggregationPlan, derive_plan
 from producer.wire import CONTENT_TYPE, DecodeLimits, encode_ipc_stream
 
@@ -358,3 +359,29 @@ def test_a_schema_polars_refuses_is_rejected_not_a_crash() -> None:
         dec.decode(encode_ipc_stream(odd), None)
     assert info.value.reason == "unsupported-type"
     assert dec.plan is None  # the next good message may still fix the plan
+
+
+# -- one frame per poll --------------------------------------------------------------------
+
+POLL_WORDS = ["a", None, "ü-long enough to live outside the view", "", "sensor-0001"]
+
+
+@pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
+def test_a_poll_of_plain_strings_becomes_polars_strings(kind: pa.DataType) -> None:
+    tables = [pa.table({"k": pa.array(POLL_WORDS[i:] + POLL_WORDS[:i], kind),
+                        "n": pa.array(range(5), pa.int64())}) for i in range(3)]
+    frame = poll_frame(tables)
+    expected = pl.DataFrame({"k": [w for i in range(3) for w in POLL_WORDS[i:] + POLL_WORDS[:i]],
+                             "n": [n for _ in range(3) for n in range(5)]})
+    assert_frame_equal(frame, expected)
+    assert frame.n_chunks() == 3  # the messages' buffers are used, not copied together
+
+
+def test_a_poll_of_dictionaries_becomes_one_categorical() -> None:
+    # Each message has its own dictionary, in its own order.
+    tables = [pa.table({"k": pa.array(POLL_WORDS[i:] + POLL_WORDS[:i]).dictionary_encode()})
+              for i in range(3)]
+    frame = poll_frame(tables)
+    assert frame.schema["k"] == pl.Categorical()
+    expected = [w for i in range(3) for w in POLL_WORDS[i:] + POLL_WORDS[:i]]
+    assert frame.get_column("k").cast(pl.String).to_list() == expected

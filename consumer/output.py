@@ -59,7 +59,9 @@ def encode_window(
 ) -> list[OutputMessage]:
     """Encode one closed window into one or more messages of at most ``max_bytes``."""
     if fmt == "arrow":
-        values = encode_for_size(window.frame.to_arrow(), max_bytes=max_bytes,
+        # One chunk: a streaming group_by leaves a result in many, and each chunk of a
+        # categorical column would carry (and compress) a dictionary of its own.
+        values = encode_for_size(window.frame.rechunk().to_arrow(), max_bytes=max_bytes,
                                  compression=compression)
         content_type = CONTENT_TYPE
     else:

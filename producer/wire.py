@@ -17,12 +17,14 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Final, Literal
 
 import pyarrow as pa
 from pyarrow import ipc
 
 from producer.ipc_sizes import declared_batches
+from producer.split import RowTooBigError, split_encoded
 
 CONTENT_TYPE: Final = "application/vnd.apache.arrow.stream"
 HEADER_CONTENT_TYPE: Final = "content-type"
@@ -87,41 +89,17 @@ def encode_for_size(
         raise ValueError(f"max_bytes must be positive, got {max_bytes}")
     if table.num_rows == 0:
         return []
-    overhead = len(encode_ipc_stream(table.slice(0, 0), compression))
-    if table.nbytes > _PROBE_FROM * max_bytes:
-        # Far too big for one message: estimate the split from a prefix instead of
-        # encoding (and compressing) the whole table once only to learn it does not fit.
-        probe_rows = max(1, table.num_rows * 2 * max_bytes // table.nbytes)
-        probe = encode_ipc_stream(_compact_views(table.slice(0, probe_rows)), compression)
-        per_row = max(len(probe) - overhead, 1) / probe_rows
-        rows = max(1, int(0.9 * max(max_bytes - overhead, 0) / per_row))
-    else:
-        whole = encode_ipc_stream(table, compression)
-        if len(whole) <= max_bytes:
-            return [whole]
-        rows = _rows_that_fit(table.num_rows, len(whole), max_bytes, overhead)
-    streams: list[bytes] = []
-    offset = 0
-    while offset < table.num_rows:
-        piece = _compact_views(table.slice(offset, rows))
-        encoded = encode_ipc_stream(piece, compression)
-        if len(encoded) <= max_bytes:
-            streams.append(encoded)
-            offset += piece.num_rows
-        elif piece.num_rows == 1:
-            raise WireFormatError(
-                "too-many-bytes",
-                f"row {offset} alone encodes to {len(encoded)} bytes, more than the "
-                f"{max_bytes} allowed per message; raise the message size limit",
-            )
-        else:
-            rows = _rows_that_fit(piece.num_rows, len(encoded), max_bytes, overhead)
-    return streams
+    try:
+        return split_encoded(table, max_bytes, partial(encode_ipc_stream, compression=compression))
+    except RowTooBigError as err:
+        raise WireFormatError(
+            "too-many-bytes",
+            f"row {err.row} alone encodes to {err.encoded_bytes} bytes, more than the "
+            f"{max_bytes} allowed per message; raise the message size limit",
+        ) from None
 
 
-# A table whose in-memory size is this many times the limit is split without first being
-# encoded whole (Arrow IPC compression rarely shrinks tabular data tenfold).
-_PROBE_FROM: Final = 10
+_PLAIN_STRINGS: Final = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
 
 
 def dictionary_keys(table: pa.Table) -> pa.Table:
@@ -132,36 +110,10 @@ def dictionary_keys(table: pa.Table) -> pa.Table:
     Any reader of Arrow decodes it to the same values; the daemon accepts both forms.
     """
     for index, field in enumerate(table.schema):
-        if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+        if any(is_kind(field.type) for is_kind in _PLAIN_STRINGS):
             column = table.column(index).dictionary_encode()
             table = table.set_column(index, field.with_type(column.type), column)
     return table
-
-
-_VIEW_TO_PLAIN: Final = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
-
-
-def _compact_views(table: pa.Table) -> pa.Table:
-    """Copy the rows of top-level view columns out of the buffers they share.
-
-    The IPC writer trims the buffers of a sliced string or list column but writes the
-    data buffers of a sliced view column whole, so without this every chunk would weigh
-    as much as the entire column and no split could ever fit.
-    """
-    for index, field in enumerate(table.schema):
-        plain = _VIEW_TO_PLAIN.get(field.type)
-        if plain is not None:
-            column = table.column(index).cast(plain).cast(field.type)
-            table = table.set_column(index, field, column)
-    return table
-
-
-def _rows_that_fit(rows: int, encoded_bytes: int, max_bytes: int, overhead: int) -> int:
-    """Estimate how many of ``rows`` fit, strictly fewer than ``rows`` so splitting ends."""
-    per_row = max(encoded_bytes - overhead, 1) / rows
-    # 10% slack because rows are not all the same size and compression is not linear.
-    estimate = int(0.9 * max(max_bytes - overhead, 0) / per_row)
-    return max(1, min(rows // 2 if estimate >= rows else estimate, rows - 1))
 
 
 def message_headers(

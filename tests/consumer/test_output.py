@@ -111,6 +111,26 @@ def test_arrow_chunks_reassemble(compression: Compression) -> None:
     assert_frame_equal(concat_decoded(messages), window.frame)
 
 
+@pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
+def test_categorical_keys_in_many_chunks_split_with_their_own_values(
+    compression: Compression,
+) -> None:
+    """A streaming group_by leaves a window's result in many chunks; keys from dictionary
+    input are categoricals. Each message carries only its own rows' key values."""
+    groups = 6_000
+    frame = result_frame(groups).with_columns(pl.col("k").cast(pl.Categorical))
+    pieces = pl.concat([frame.slice(i, 500) for i in range(0, groups, 500)], rechunk=False)
+    assert pieces.n_chunks() > 1
+    window = ClosedWindow(START_MS, END_MS, pieces, int(frame["row_count"].sum()))
+    messages = encode_window(window, fmt="arrow", compression=compression, max_bytes=20_000)
+    assert len(messages) > 2
+    assert all(len(m.value) <= 20_000 for m in messages)
+    for message in messages:
+        keys = decode_ipc_stream(message.value).column("k").combine_chunks()
+        assert len(keys.dictionary) == len(keys)  # every group once, no foreign values
+    assert_frame_equal(concat_decoded(messages), frame)
+
+
 # -- JSON lines --------------------------------------------------------------------------
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import struct
+
 import pyarrow as pa
 import pytest
 
@@ -54,3 +56,20 @@ def test_a_schema_only_stream_declares_no_batches() -> None:
     with pa.ipc.new_stream(sink, TABLE.schema):
         pass
     assert declared(sink.getvalue().to_pybytes()) == []
+
+
+def test_a_buffer_vector_longer_than_its_metadata_is_refused() -> None:
+    value = bytearray(encode_ipc_stream(TABLE))
+    # The record batch's buffer vector: 5 buffers (n: validity, data; s: validity,
+    # offsets, data), its count followed by the first buffer's offset, 0.
+    at = bytes(value).index(struct.pack("<I", 5) + bytes(8))
+    value[at:at + 4] = struct.pack("<I", 1 << 30)
+    with pytest.raises((ValueError, OSError)):  # ours, or pyarrow's flatbuffer verifier
+        declared(bytes(value))
+
+
+def test_many_batches_of_many_columns_are_all_counted() -> None:
+    wide = pa.table({f"c{i}": pa.array(range(100), pa.int32()) for i in range(40)})
+    (batch,) = declared(encode_ipc_stream(wide))
+    assert batch.rows == 100
+    assert batch.body_bytes == 40 * 100 * 4  # no validity buffers: no nulls

@@ -23,6 +23,7 @@ from producer.wire import (
     WireFormatError,
     WireHeaders,
     decode_ipc_stream,
+    dictionary_keys,
     encode_for_size,
     encode_ipc_stream,
     message_headers,
@@ -193,6 +194,36 @@ def test_a_view_column_splits_although_slices_share_its_buffers() -> None:
     decoded = pa.concat_tables([decode_ipc_stream(stream) for stream in streams])
     assert decoded.schema == table.schema
     assert_frame_equal(as_frame(decoded), as_frame(table))
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_a_dictionary_column_splits_with_each_piece_holding_its_own_values(
+    compression: Compression,
+) -> None:
+    # A slice of a dictionary column keeps the whole dictionary; written as it is, every
+    # piece would carry all 20,000 words and none could fit.
+    words = pa.array([f"word number {i}" for i in range(20_000)]).dictionary_encode()
+    table = pa.table({"w": words, "n": pa.array(range(20_000), pa.int64())})
+    streams = encode_for_size(table, max_bytes=30_000, compression=compression)
+    assert len(streams) > 2
+    assert all(len(stream) <= 30_000 for stream in streams)
+    pieces = [decode_ipc_stream(stream) for stream in streams]
+    for piece in pieces:
+        column = piece.column("w").combine_chunks()
+        assert len(column.dictionary) == len(column)
+    decoded = pa.concat_tables(pieces)
+    assert decoded.schema == table.schema
+    assert_frame_equal(as_frame(decoded), as_frame(table))
+
+
+def test_dictionary_keys_encode_every_plain_string_column() -> None:
+    table = pa.table({"a": pa.array(["x", "y", "x"]),
+                      "b": pa.array(["p", None, "p"], pa.large_string()),
+                      "c": pa.array(["q", "q", "r"], pa.string_view()), "n": [1, 2, 3]})
+    encoded = dictionary_keys(table)
+    assert [pa.types.is_dictionary(f.type) for f in encoded.schema] == [True, True, True, False]
+    assert_frame_equal(as_frame(encoded).with_columns(pl.col("a", "b", "c").cast(pl.String)),
+                       as_frame(table))
 
 
 def test_a_single_row_too_big_for_a_message_raises() -> None:

@@ -21,7 +21,13 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin._metadata import ClusterMetadata  # admin re-exports it untyped
 
 from producer.files import InputFile
-from producer.wire import Compression, encode_for_size, message_headers, schema_fingerprint
+from producer.wire import (
+    Compression,
+    dictionary_keys,
+    encode_for_size,
+    message_headers,
+    schema_fingerprint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +65,7 @@ class Publisher:
         producer_id: str | None = None,
         compression: Compression = "none",
         max_message_bytes: int = 1_000_000,
+        dictionary_strings: bool = True,
         extra_config: Mapping[str, str | int | bool] | None = None,
     ) -> None:
         if max_message_bytes <= _FRAMING_BYTES:
@@ -67,6 +74,10 @@ class Publisher:
         self.producer_id = producer_id or uuid.uuid4().hex
         self.compression: Compression = compression
         self.max_message_bytes = max_message_bytes
+        # String columns go out dictionary-encoded (producer.wire.dictionary_keys): the
+        # messages are smaller and the daemon groups on the codes instead of hashing
+        # strings (docs/benchmarks.md). Any Arrow reader decodes them to the same values.
+        self.dictionary_strings = dictionary_strings
         self._bootstrap_servers = bootstrap_servers
         self._next_sequence = 0
         self.sent = self.delivered = self.failed = self.bytes_sent = 0
@@ -119,10 +130,7 @@ class Publisher:
         self, data: pa.Table | pa.RecordBatch | pl.DataFrame, *, key: bytes | None = None
     ) -> int:
         """Queue ``data`` as one or more messages; returns how many. Empty data sends none."""
-        table = _as_table(data)
-        max_bytes = self.max_message_bytes - _FRAMING_BYTES - len(key or b"")
-        payloads = encode_for_size(table, max_bytes=max_bytes, compression=self.compression)
-        fingerprint = schema_fingerprint(table.schema)
+        fingerprint, payloads = self.encode(data, key=key)
         for index, payload in enumerate(payloads, start=1):
             headers = message_headers(
                 fingerprint=fingerprint,
@@ -133,6 +141,16 @@ class Publisher:
             self._produce(payload, key, headers)
             self._next_sequence += 1
         return len(payloads)
+
+    def encode(self, data: pa.Table | pa.RecordBatch | pl.DataFrame, *,
+               key: bytes | None = None) -> tuple[str, list[bytes]]:
+        """The schema fingerprint and message values ``publish`` would send for ``data``."""
+        table = _as_table(data)
+        if self.dictionary_strings:
+            table = dictionary_keys(table)
+        max_bytes = self.max_message_bytes - _FRAMING_BYTES - len(key or b"")
+        payloads = encode_for_size(table, max_bytes=max_bytes, compression=self.compression)
+        return schema_fingerprint(table.schema), payloads
 
     def publish_ipc_file(self, path: str | Path, *, key: bytes | None = None) -> int:
         """Publish an Arrow IPC stream, Arrow IPC file or Parquet file, batch by batch.

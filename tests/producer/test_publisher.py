@@ -8,8 +8,11 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 import pytest
+from polars.testing import assert_frame_equal
 
+from producer.generate import sensor_batch
 from producer.publisher import Publisher, PublishError
+from producer.wire import decode_ipc_stream, schema_fingerprint
 
 NOWHERE = "127.0.0.1:1"  # nothing listens on port 1: connections are refused at once
 
@@ -74,3 +77,21 @@ def test_each_publisher_has_its_own_id_unless_given_one() -> None:
 def test_a_message_limit_below_the_framing_room_is_refused() -> None:
     with pytest.raises(ValueError, match="max_message_bytes"):
         Publisher(bootstrap_servers=NOWHERE, topic="t", max_message_bytes=100)
+
+
+def test_string_columns_go_out_dictionary_encoded_unless_turned_off() -> None:
+    table = sensor_batch(rows=2_000, groups=50, start_ms=0, span_ms=1_000, seed=1)
+    for dictionary, expected in ((True, pl.Categorical()), (False, pl.String())):
+        publisher = Publisher(bootstrap_servers=NOWHERE, topic="t", max_message_bytes=40_000,
+                              dictionary_strings=dictionary)
+        fingerprint, values = publisher.encode(table)
+        publisher.close()
+        pieces = [decode_ipc_stream(value) for value in values]
+        assert len(pieces) > 1
+        assert {schema_fingerprint(p.schema) for p in pieces} == {fingerprint}
+        frame = pl.from_arrow(pa.concat_tables(pieces))
+        assert isinstance(frame, pl.DataFrame)
+        assert frame.schema["site"] == frame.schema["sensor"] == expected
+        plain = pl.from_arrow(table)
+        assert isinstance(plain, pl.DataFrame)
+        assert_frame_equal(frame.with_columns(pl.col("site", "sensor").cast(pl.String)), plain)

@@ -1,8 +1,8 @@
 """The aggregation kernel: the same pre-encoded payloads through arrowagg and its peers.
 
 - arrowagg: ``Decoder`` -> ``TimeWindowEngine.add``/``close_due`` -> ``encode_window``,
-  messages grouped ``poll_messages`` at a time and concatenated as ``StreamProcessor``
-  does (no Kafka);
+  messages grouped ``poll_messages`` at a time into one frame by ``poll_frame``, as
+  ``StreamProcessor`` does (no Kafka);
 - DataFusion: the batches registered as a table, the seed's SQL GROUP BY;
 - DuckDB: the same SQL over the same Arrow table;
 - naive Polars: ``pl.from_arrow`` each message, ``pl.concat``, one ``group_by``.
@@ -30,7 +30,7 @@ from polars.testing import assert_frame_equal
 from pyarrow import ipc
 
 from bench.payloads import WINDOW_MS, Payloads
-from consumer.decode import Decoder
+from consumer.decode import Decoder, poll_frame
 from consumer.engine import MessageRef, TimeWindowEngine
 from consumer.output import encode_window
 from consumer.plan import AggregationPlan, derive_plan
@@ -78,7 +78,7 @@ def run_arrowagg(payloads: Payloads, poll_messages: int) -> pl.DataFrame:
                                    decoded.max_event_ms))
         if engine is None:
             engine = _engine(decoder)
-        engine.add(pl.DataFrame(pa.concat_tables(tables)), refs, 0)
+        engine.add(poll_frame(tables), refs, 0)
         frames += _emit(engine, 0)
     assert engine is not None  # noqa: S101 - there is at least one message
     frames += _emit(engine, _IDLE_MS + 1)  # every partition idle: the last windows close

@@ -22,7 +22,7 @@ WINDOW_MS = 10_000
 START_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z, on a window boundary
 Encoding = Literal["plain", "dictionary"]
 # plain: utf8 keys, what any pyarrow worker sends; dictionary: what producer.wire's
-# dictionary_keys makes of them (arrowagg's own workers).
+# dictionary_keys makes of them (what arrowagg's Publisher sends by default).
 ENCODINGS: tuple[Encoding, ...] = ("plain", "dictionary")
 
 

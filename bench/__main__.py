@@ -96,7 +96,8 @@ def run_e2e(bootstrap: str, sizes: Sizes, quix: Path) -> dict[str, Any]:
         _step(f"e2e: filling a {sizes.e2e_partitions}-partition topic, {encoding} keys")
         topic = e2e.prepare(bootstrap, encoding, sizes.e2e_bytes, sizes.e2e_partitions)
         readers: dict[str, Callable[[], dict[str, Any]]] = {
-            "raw_daemon_batches": partial(e2e.run_raw, bootstrap, topic, batch=500),
+            "raw_daemon_batches": partial(e2e.run_raw, bootstrap, topic, batch=500,
+                                          like_daemon=True),
             "raw_small_batches": partial(e2e.run_raw, bootstrap, topic, batch=32),
             "daemon": partial(e2e.run_daemon, bootstrap, topic),
         }

@@ -30,7 +30,7 @@ from bench.broker import create_topic, delete_topics, fill
 from bench.payloads import WINDOW_MS, Encoding, Payloads, build, sentinel
 from bench.sizes import KernelCase
 from consumer.config import Settings, settings_from_dict
-from consumer.kafka_clients import consumer_config
+from consumer.kafka_clients import consumer_config, take_batch
 from consumer.observer import NullObserver
 from consumer.offsets import PartitionKey
 from consumer.processor import StreamProcessor
@@ -162,8 +162,10 @@ def run_daemon(bootstrap: str, topic: Topic, *, timeout_s: float = 600) -> dict[
                                    "messages_per_poll": watch.messages / max(watch.polls, 1)})
 
 
-def run_raw(bootstrap: str, topic: Topic, *, batch: int) -> dict[str, Any]:
-    """Read every message with ``consume(batch, 0.2)``; touch only its length."""
+def run_raw(bootstrap: str, topic: Topic, *, batch: int, like_daemon: bool = False,
+            ) -> dict[str, Any]:
+    """Read every message with ``consume(batch, 0.2)`` (or, ``like_daemon``, the daemon's
+    own ``take_batch``); touch only its length."""
     settings = daemon_settings(bootstrap, topic.name, "unused")
     consumer = Consumer({k: v for k, v in consumer_config(settings.kafka, settings.processing)
                          .items() if k != "logger"})
@@ -172,7 +174,9 @@ def run_raw(bootstrap: str, topic: Topic, *, batch: int) -> dict[str, Any]:
     seen = nbytes = 0
     try:
         while seen < topic.messages:
-            for message in consumer.consume(batch, 0.2):
+            messages = (take_batch(consumer, batch, 0.2) if like_daemon
+                        else consumer.consume(batch, 0.2))
+            for message in messages:
                 if message.error() is not None:
                     continue
                 seen += 1

@@ -19,13 +19,10 @@ import subprocess
 import sys
 from typing import Any
 
-import polars as pl
-import pyarrow as pa
-
 from bench.machine import rss_kb
 from bench.payloads import build
 from bench.sizes import KernelCase
-from consumer.decode import Decoder
+from consumer.decode import Decoder, poll_frame
 from consumer.engine import MessageRef, TimeWindowEngine
 from consumer.output import encode_window
 from consumer.plan import derive_plan
@@ -63,7 +60,7 @@ def stream(total_bytes: float, groups: int, poll_messages: int) -> dict[str, Any
                                       event_time=False, time_dtype=None, allowed_lateness_ms=0,
                                       idle_timeout_ms=1 << 40, merge_every=8)
             engine.assign(_PARTITION, None, None, 0)
-        engine.add(pl.DataFrame(pa.concat_tables(tables)), refs, tick)
+        engine.add(poll_frame(tables), refs, tick)
         for window in engine.close_due(tick):
             encode_window(window, fmt="arrow", compression="zstd", max_bytes=1_000_000)
         tick += 1

@@ -130,7 +130,7 @@ def e2e_table(results: dict[str, Any]) -> str:
 
 E2E_NAMES = {
     "daemon": "arrowagg daemon (shipped defaults)",
-    "raw_daemon_batches": "raw consume, the daemon's consume(500, 0.2)",
+    "raw_daemon_batches": "raw consume, the daemon's take_batch(500, 0.2)",
     "raw_small_batches": "raw consume, consume(32, 0.2)",
 }
 

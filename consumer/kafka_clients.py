@@ -12,7 +12,7 @@ import logging
 import socket
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka.admin import AdminClient
 
 from consumer.config import KafkaSettings, ProcessingSettings, SecuritySettings
@@ -77,6 +77,25 @@ def consumer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dic
         "enable.partition.eof": False,
         **kafka.consumer,
     }
+
+
+def take_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[Message]:
+    """What the client has fetched, up to ``max_messages``, without waiting; when nothing
+    is there, the first message to arrive within ``timeout_s`` and what came with it.
+
+    ``consume(n, timeout)`` alone waits for n messages or the whole timeout: with a
+    backlog of large messages the local queue rarely holds n, and on a quiet stream every
+    window close would wait out the timeout.
+    """
+    messages = consumer.consume(max_messages, 0)
+    if messages:
+        return messages
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    if max_messages == 1:
+        return [first]
+    return [first, *consumer.consume(max_messages - 1, 0)]
 
 
 def producer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from consumer.config import Settings
 from consumer.decode import DecodedMessage, Decoder, RejectedMessageError, poll_frame
 from consumer.dlq import DlqLimit, dead_letter
 from consumer.engine import CountWindowEngine, MessageRef, TimeWindowEngine, WindowEngine
-from consumer.kafka_clients import consumer_config, producer_config
+from consumer.kafka_clients import consumer_config, producer_config, take_batch
 from consumer.observer import NullObserver, ProcessorObserver
 from consumer.offsets import CommitMetadata, CommitPoint, PartitionKey
 from consumer.output import encode_window
@@ -135,7 +135,9 @@ class StreamProcessor:
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
         try:
             while not self._stop:
-                messages = self._poll()
+                processing = self._settings.processing
+                messages = take_batch(self._consumer, processing.poll_max_messages,
+                                      processing.poll_timeout_ms / 1000)
                 if self._rewind_needed:
                     self._rewind()  # what this poll returned predates the rewind
                     continue
@@ -148,23 +150,6 @@ class StreamProcessor:
             self._closing = True
             self._consumer.close()
             self._sink.close()
-
-    def _poll(self) -> list[Message]:
-        """What the client has fetched, up to ``poll_max_messages``, without waiting; when
-        nothing is there, the first message to arrive within ``poll_timeout_ms`` and what
-        came with it. ``consume(n, timeout)`` alone would wait for n messages or the whole
-        timeout: with a backlog of large messages the local queue rarely holds n, and a
-        quiet stream would delay every window close by the timeout."""
-        processing = self._settings.processing
-        messages = self._consumer.consume(processing.poll_max_messages, 0)
-        if messages:
-            return messages
-        first = self._consumer.poll(processing.poll_timeout_ms / 1000)
-        if first is None:
-            return []
-        if processing.poll_max_messages == 1:
-            return [first]
-        return [first, *self._consumer.consume(processing.poll_max_messages - 1, 0)]
 
     # -- rebalance callbacks (called from inside poll()) ------------------------------
 

@@ -85,9 +85,10 @@ def test_a_partition_far_ahead_is_paused_or_emitted_early_and_nothing_is_lost(
           f"most groups held {seen.most_groups}, most partitions paused {seen.most_paused}")
 
     data = [t for _, t in [*leader, *laggard]]
-    expected = reference(data, SIZE_MS).filter(
-        pl.col("window_start") < T0 + (WINDOWS - 1) * SIZE_MS)  # the last one stays open
-    assert_frame_equal(merged_revisions([w.frame for w in windows]), expected,
+    # The last window stays open (an early revision may have emitted part of it).
+    closed = pl.col("window_start") < T0 + (WINDOWS - 1) * SIZE_MS
+    expected = reference(data, SIZE_MS).filter(closed)
+    assert_frame_equal(merged_revisions([w.frame for w in windows]).filter(closed), expected,
                        check_exact=False, rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)
     assert seen.most_groups < MAX_GROUPS + 2 * 18  # bounded: at most one poll past it
     if policy == "pause":

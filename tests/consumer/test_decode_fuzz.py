@@ -16,6 +16,7 @@ from consumer.engine import MessageRef, TimeWindowEngine
 from consumer.plan import AggregationPlan, derive_plan
 from consumer.windows import WindowSpec
 from producer.wire import DecodeLimits, dictionary_keys, encode_ipc_stream
+from tests.mutations import mutated
 
 REASONS = {"empty-stream", "not-arrow-ipc", "invalid-ipc", "invalid-schema", "trailing-bytes",
            "too-many-rows", "too-many-bytes", "bad-header", "schema-mismatch",
@@ -92,19 +93,7 @@ def test_every_seed_goes_through(decoder: Decoder) -> None:
 @given(seed=st.sampled_from(SEEDS), data=st.data())
 def test_mutated_messages_are_aggregated_or_rejected(decoder: Decoder, seed: bytes,
                                                      data: st.DataObject) -> None:
-    value = bytearray(seed)
-    for _ in range(data.draw(st.integers(1, 6))):
-        at = data.draw(st.integers(0, len(value) - 1))
-        action = data.draw(st.sampled_from(["flip", "cut", "insert"]))
-        if action == "flip":
-            value[at] = data.draw(st.integers(0, 255))
-        elif action == "cut":
-            del value[at:at + data.draw(st.integers(1, 64))]
-        else:
-            value[at:at] = data.draw(st.binary(min_size=1, max_size=16))
-        if not value:
-            break
-    through_the_daemon(decoder, bytes(value), 1)
+    through_the_daemon(decoder, mutated(seed, data), 1)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=FIXTURE_OK)

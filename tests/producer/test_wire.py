@@ -30,6 +30,7 @@ from producer.wire import (
     parse_headers,
     schema_fingerprint,
 )
+from tests.mutations import mutated
 
 COMPRESSIONS: tuple[Compression, ...] = get_args(Compression)
 
@@ -493,16 +494,4 @@ def test_arbitrary_bytes_decode_or_are_rejected(value: bytes) -> None:
 @settings(max_examples=400, deadline=None)
 @given(seed=st.sampled_from(SEED_STREAMS), data=st.data())
 def test_mutated_streams_decode_or_are_rejected(seed: bytes, data: st.DataObject) -> None:
-    value = bytearray(seed)
-    for _ in range(data.draw(st.integers(1, 6))):
-        at = data.draw(st.integers(0, len(value) - 1))
-        action = data.draw(st.sampled_from(["flip", "cut", "insert"]))
-        if action == "flip":
-            value[at] = data.draw(st.integers(0, 255))
-        elif action == "cut":
-            del value[at : at + data.draw(st.integers(1, 64))]
-        else:
-            value[at:at] = data.draw(st.binary(min_size=1, max_size=16))
-        if not value:
-            break
-    decodes_or_rejects(bytes(value))
+    decodes_or_rejects(mutated(seed, data))

@@ -496,6 +496,21 @@ def test_hopping_windows_close_one_step_at_a_time() -> None:
     assert [(w.start_ms, w.input_rows) for w in closed] == [(-500, 2)]
 
 
+
+def test_a_hopping_row_is_late_only_for_its_emitted_windows() -> None:
+    engine = time_engine(spec=WindowSpec.hopping(2_000, 1_000))
+    engine.assign(P0, None, None, now_ms=0)
+    feed(engine, P0, 0, [("a", 500, 1.0, 1, 1.0), ("a", 2_000, 1.0, 1, 1.0)], now_ms=0)
+    assert starts(engine.close_due(1)) == [-1_000, 0]  # watermark 2000
+    # 1_500 lies in [0, 2000), emitted, and in [1000, 3000), still open.
+    late = feed(engine, P0, 1, [("b", 1_500, 4.0, 4, 4.0)], now_ms=2)
+    assert late is not None
+    assert late["window_start"].to_list() == [0]
+    rest = engine.close_due(10**9)
+    check_windows(rest, {s: f for s, f in reference(
+        [("a", 2_000, 1.0, 1, 1.0), ("b", 1_500, 4.0, 4, 4.0)], 2_000, 1_000).items()
+        if s >= 1_000})
+
 # -- merge cadence and store -------------------------------------------------------------
 
 

@@ -31,6 +31,12 @@ from tests.integration.test_pipeline import KEYS, make_input, output_frame, refe
 pytestmark = pytest.mark.integration
 
 SIZE_MS = 400
+IDLE_TIMEOUT_MS = 1500
+# A stop comes at most this long after a chunk is published. It must stay well below the
+# idle timeout: a daemon that sees no input for IDLE_TIMEOUT_MS closes its open windows
+# (as designed), so a longer pause would emit a window holding only this chunk's part of
+# it, and the next chunk's rows of that window would arrive late.
+_MAX_PAUSE_S = IDLE_TIMEOUT_MS / 1000 * 2 / 3
 
 
 def write_config(path: Path, bootstrap: str, source: str, sink: str, group: str, *,
@@ -43,7 +49,7 @@ def write_config(path: Path, bootstrap: str, source: str, sink: str, group: str,
         "input": {"topics": [source]},
         "output": {"topic": sink, **({"dlq_topic": dlq_topic} if dlq_topic else {})},
         "window": {"kind": "tumbling", "time": "event", "timestamp_column": "ts",
-                   "size_ms": SIZE_MS, "idle_timeout_ms": 1500},
+                   "size_ms": SIZE_MS, "idle_timeout_ms": IDLE_TIMEOUT_MS},
         "processing": {"instance_id": instance_id, "guarantee": guarantee,
                        "poll_max_messages": 20, "poll_timeout_ms": 100,
                        "commit_interval_ms": 200},
@@ -113,7 +119,7 @@ def run_with_faults(bootstrap: str, config: Path, log: Path, data: list[tuple[in
         for number, chunk in enumerate(chunks):
             publish_tables(bootstrap, config_source(config), chunk, producer_id=f"w{number}")
             publish_raw(bootstrap, config_source(config), poison)
-            time.sleep(rng.uniform(0.3, 1.5))
+            time.sleep(rng.uniform(0.3, _MAX_PAUSE_S))
             daemon.send_signal(stop_signal)
             codes.append(daemon.wait(30))
             daemon = start_daemon(config, log)

@@ -67,6 +67,22 @@ def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
+_RUNNING_LINE = "arrowagg consuming"  # logged once the stop handlers are installed
+
+
+def start_running_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    """Start a daemon and wait until it runs: a stop sent while Python is still importing
+    would end it by the default signal action, not test the daemon's stop."""
+    before = log.read_text().count(_RUNNING_LINE) if log.exists() else 0
+    daemon = start_daemon(config, log)
+    deadline = time.monotonic() + 60
+    while log.read_text().count(_RUNNING_LINE) == before:
+        assert daemon.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the daemon did not start within 60 s"
+        time.sleep(0.05)
+    return daemon
+
+
 class ParallelReader:
     """A second read_committed subscriber reading the output while the faults happen."""
 
@@ -112,7 +128,7 @@ def run_with_faults(bootstrap: str, config: Path, log: Path, data: list[tuple[in
     partition given), stopping the daemon with ``stop_signal`` at a random moment after
     each and starting it again; returns the exit codes seen."""
     codes = []
-    daemon = start_daemon(config, log)
+    daemon = start_running_daemon(config, log)
     try:
         size = -(-len(data) // stops)  # contiguous chunks keep event time in order
         chunks = [data[i:i + size] for i in range(0, len(data), size)]
@@ -122,7 +138,7 @@ def run_with_faults(bootstrap: str, config: Path, log: Path, data: list[tuple[in
             time.sleep(rng.uniform(0.3, _MAX_PAUSE_S))
             daemon.send_signal(stop_signal)
             codes.append(daemon.wait(30))
-            daemon = start_daemon(config, log)
+            daemon = start_running_daemon(config, log)
         time.sleep(5)  # consume the rest and close the last windows on idleness
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(30) == 0, log.read_text()[-3000:]

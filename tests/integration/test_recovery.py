@@ -24,7 +24,7 @@ from polars.testing import assert_frame_equal
 
 from consumer.output import decode_output
 from tests.conftest import REPO, TopicFactory
-from tests.integration.conftest import publish_tables
+from tests.integration.conftest import publish_tables, wait_for
 from tests.integration.faults import read_topic, write_figures
 from tests.integration.test_pipeline import KEYS, make_input, output_frame, reference
 
@@ -75,11 +75,9 @@ def start_running_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
     would end it by the default signal action, not test the daemon's stop."""
     before = log.read_text().count(_RUNNING_LINE) if log.exists() else 0
     daemon = start_daemon(config, log)
-    deadline = time.monotonic() + 60
-    while log.read_text().count(_RUNNING_LINE) == before:
-        assert daemon.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, "the daemon did not start within 60 s"
-        time.sleep(0.05)
+    wait_for(lambda: daemon.poll() is not None or log.read_text().count(_RUNNING_LINE) > before,
+             timeout_s=60, what="the daemon to start")
+    assert daemon.poll() is None, log.read_text()[-3000:]
     return daemon
 
 

@@ -50,13 +50,38 @@ def now_ms() -> int:
 @dataclass
 class Counters:
     messages: int = 0
-    rows: int = 0
+    rows: int = 0  # rows the engine has taken (in a window, or found late); replays count again
     rejected: int = 0
-    windows_emitted: int = 0
+    windows_emitted: int = 0  # in committed transactions
     late_rows: int = 0
     commits: int = 0
     aborts: int = 0
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
+
+    def copy(self) -> Counters:
+        return replace(self, rejected_by_reason=dict(self.rejected_by_reason))
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where the daemon stood at the end of a turn of its loop: one consistent view.
+
+    Another thread (a test, the bench) must read this, not the processor's attributes:
+    mid-turn, rows can be counted but not yet in a window, or a window closed but its
+    output not yet committed, and a condition over several attributes can hold for a
+    moment that means nothing.
+    """
+
+    turns: int
+    counters: Counters
+    open_windows: int
+    pending_output: int  # records built, not yet committed
+    ready: bool
+
+    @property
+    def settled(self) -> bool:
+        """Nothing open and nothing waiting for a commit: all taken input is in output."""
+        return self.open_windows == 0 and self.pending_output == 0
 
 
 @dataclass
@@ -97,6 +122,7 @@ class StreamProcessor:
         self._stop = False
         self._last_commit_ms = self._clock()
         self.counters = Counters()
+        self.progress = Progress(0, Counters(), 0, 0, ready=False)
 
     def _make_sink(self) -> OutputSink:
         config = producer_config(self._settings.kafka, self._settings.processing)
@@ -114,18 +140,12 @@ class StreamProcessor:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def open_windows(self) -> int:
-        return 0 if self._engine is None else self._engine.open_window_count()
-
     def is_ready(self) -> bool:
         """Assigned, and no partition is still replaying input from before a restart."""
         if not self._assigned:
             return False
         return all(self._engine is None or not self._engine.replaying(key)
                    for key in self._assigned)
-
-    def has_pending_output(self) -> bool:
-        return bool(self._pending)
 
     def request_stop(self) -> None:
         self._stop = True
@@ -198,6 +218,7 @@ class StreamProcessor:
         now = self._clock()
         tables: list[pa.Table] = []
         refs: list[MessageRef] = []
+        sizes: list[int] = []
         for message in messages:
             error = message.error()
             if error is not None:
@@ -211,11 +232,15 @@ class StreamProcessor:
             tables.append(decoded.table)
             refs.append(MessageRef(key, message.offset() or 0, rows, decoded.min_event_ms,
                                    decoded.max_event_ms))
-            self.counters.rows += rows
-            self._observer.consumed(key, 1, rows, len(message.value() or b""))
+            sizes.append(len(message.value() or b""))
         if not tables:
             return
         late = self._require_engine().add(poll_frame(tables), refs, now)
+        # Counted once the rows are in the engine, so "rows consumed" never runs ahead of
+        # what the windows hold.
+        for ref, nbytes in zip(refs, sizes, strict=True):
+            self.counters.rows += ref.rows
+            self._observer.consumed(ref.partition, 1, ref.rows, nbytes)
         if late is not None:
             self._late(late)
 
@@ -315,15 +340,15 @@ class StreamProcessor:
         if not (closed or self._pending or interval_due or force):
             return
         offsets = self._commit_offsets()
-        records, self._pending = self._pending, []
         try:
-            self._sink.flush(records, offsets, self._consumer)
+            self._sink.flush(self._pending, offsets, self._consumer)
         except AbortRequiredError as err:
             self.counters.aborts += 1
             self._observer.aborted()
             log.warning("nothing committed (%s): replaying from the committed offsets", err)
             self._rewind_needed = True
             return
+        self._pending = []  # only now: pending means "not yet committed"
         self.counters.commits += 1
         self.counters.windows_emitted += len(closed)
         self._observer.committed(closed, now, self._clock())
@@ -375,9 +400,13 @@ class StreamProcessor:
     def _report(self) -> None:
         self._observer.loop_turned(self._clock())
         engine = self._engine
-        self._observer.state(open_windows=0 if engine is None else engine.open_window_count(),
+        open_windows = 0 if engine is None else engine.open_window_count()
+        ready = self.is_ready()
+        self._observer.state(open_windows=open_windows,
                              groups=0 if engine is None else engine.cardinality(),
-                             ready=self.is_ready(), paused=len(self._budget.paused))
+                             ready=ready, paused=len(self._budget.paused))
+        self.progress = Progress(self.progress.turns + 1, self.counters.copy(), open_windows,
+                                 len(self._pending), ready)
 
     def _commit_offsets(self) -> list[TopicPartition]:
         points = (self._engine.commit_points() if self._engine is not None

@@ -16,11 +16,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from consumer.config import Settings, settings_from_dict
 from consumer.observer import ProcessorObserver
-from consumer.processor import StreamProcessor
+from consumer.processor import Progress, StreamProcessor
 from producer.wire import encode_ipc_stream, message_headers, schema_fingerprint
 from tests.conftest import KAFKA_LOCAL, REPO
 
@@ -95,6 +96,55 @@ def wait_for(condition: Callable[[], bool], *, timeout_s: float, what: str) -> N
             return
         time.sleep(0.2)
     pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def wait_all_committed(daemon: RunningDaemon, settings: Settings, *, rows: int,
+                       timeout_s: float = 60) -> Progress:
+    """Wait until everything published is in committed output, and say so only then.
+
+    Three conditions, each meaning what it says: the daemon has taken ``rows`` rows into
+    its windows; at the end of a turn of its loop it holds no open window and no
+    uncommitted output; and the broker holds the group's committed offsets at the end of
+    every input partition (so every window of that input is in a committed transaction).
+    """
+    wait_for(lambda: daemon.processor.progress.counters.rows >= rows, timeout_s=timeout_s,
+             what=f"{rows} rows taken into windows")
+    wait_for(lambda: daemon.processor.progress.settled, timeout_s=timeout_s,
+             what="no open window and no uncommitted output")
+    topics = settings.input.topics
+    bootstrap, group = settings.kafka.bootstrap_servers, settings.kafka.group_id
+    wait_for(lambda: all(committed_offsets(bootstrap, group, t) == end_offsets(bootstrap, t)
+                         for t in topics),
+             timeout_s=timeout_s, what="the group's offsets committed at the input's end")
+    return daemon.processor.progress
+
+
+def _partitions(bootstrap: str, topic: str) -> list[int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return sorted(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+
+
+def end_offsets(bootstrap: str, topic: str) -> list[int]:
+    """The end (high watermark) of each partition of ``topic``."""
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets"})
+    try:
+        return [reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in _partitions(bootstrap, topic)]
+    finally:
+        reader.close()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str) -> list[int]:
+    """The group's committed offset in each partition of ``topic`` (-1: none), read
+    without joining the group."""
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "enable.auto.commit": False})
+    try:
+        partitions = [TopicPartition(topic, p) for p in _partitions(bootstrap, topic)]
+        return [tp.offset if tp.offset >= 0 else -1
+                for tp in reader.committed(partitions, timeout=10)]
+    finally:
+        reader.close()
 
 
 # -- the service side: an observed daemon, and a broker with a SCRAM listener -----------

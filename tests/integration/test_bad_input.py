@@ -11,7 +11,12 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from tests.conftest import TopicFactory
-from tests.integration.conftest import daemon_settings, publish_tables, running_daemon, wait_for
+from tests.integration.conftest import (
+    daemon_settings,
+    publish_tables,
+    running_daemon,
+    wait_all_committed,
+)
 from tests.integration.test_pipeline import T0, output_frame, sensor_table
 
 pytestmark = pytest.mark.integration
@@ -60,16 +65,10 @@ def test_poison_messages_go_to_the_dlq_and_late_rows_to_the_late_topic(
             producer.produce(source, value, partition=0)
         assert producer.flush(10) == 0
         publish_tables(bootstrap, source, good[15:])
-        wait_for(lambda: daemon.processor.counters.rows == 30 * 50, timeout_s=30,
-                 what="every good row")
-        wait_for(lambda: daemon.processor.open_windows() == 0, timeout_s=30,
-                 what="every window closed")
+        wait_all_committed(daemon, settings, rows=30 * 50)
         publish_tables(bootstrap, source, [(0, late_table)], producer_id="late")
-        wait_for(lambda: daemon.processor.counters.late_rows == 7, timeout_s=30,
-                 what="the late rows")
-        wait_for(lambda: daemon.processor.counters.commits > 0
-                 and not daemon.processor.has_pending_output(), timeout_s=10,
-                 what="the late rows committed")
+        progress = wait_all_committed(daemon, settings, rows=30 * 50 + 7)
+        assert progress.counters.late_rows == 7
     assert daemon.processor.counters.rejected == len(poison)
     dead = read_all(bootstrap, dlq, len(poison))
     assert sorted(v or b"" for v, _ in dead) == sorted(poison)

@@ -73,12 +73,15 @@ def test_a_partition_far_ahead_is_paused_or_emitted_early_and_nothing_is_lost(
     seen = PausedSeen()
     with running_daemon(settings, observer=seen) as daemon:
         publish_tables(bootstrap, source, [*laggard[:1], *leader], producer_id="w1")
-        wait_for(lambda: seen.most_paused > 0 or daemon.processor.counters.rows >= 200 * 21,
+        wait_for(lambda: seen.most_paused > 0
+                 or daemon.processor.progress.counters.rows >= 200 * 21,
                  timeout_s=30, what="the leader to be paused or to run far ahead")
         publish_tables(bootstrap, source, laggard[1:], producer_id="w2")
-        wait_for(lambda: daemon.processor.counters.rows == 200 * 2 * WINDOWS
-                 and daemon.processor.open_windows() <= 1,
-                 timeout_s=60, what="every window but the last to close")
+        # At the end of a turn, a window no longer open is in a committed transaction.
+        wait_for(lambda: (progress := daemon.processor.progress).counters.rows
+                 == 200 * 2 * WINDOWS and progress.open_windows <= 1
+                 and progress.pending_output == 0,
+                 timeout_s=60, what="every window but the last closed and committed")
     windows = list(read_output(bootstrap, sink, idle_timeout_s=3.0))
     finals = [w.final for w in windows]
     print(f"{policy}: {len(windows)} messages, {finals.count(False)} non-final; "

@@ -26,7 +26,12 @@ from confluent_kafka.admin import AdminClient
 from polars.testing import assert_frame_equal
 
 from tests.conftest import TopicFactory
-from tests.integration.conftest import daemon_settings, publish_tables, running_daemon, wait_for
+from tests.integration.conftest import (
+    daemon_settings,
+    publish_tables,
+    running_daemon,
+    wait_all_committed,
+)
 from tests.integration.faults import (
     DurablePublisher,
     LocalBroker,
@@ -196,10 +201,7 @@ def test_a_backlog_is_not_idleness_no_row_turns_late(
         "idle_timeout_ms": 1000}, processing={"poll_max_messages": 100})
     rows = sum(t.num_rows for _, t in data)
     with running_daemon(settings) as daemon:
-        counters = daemon.processor.counters
-        wait_for(lambda: counters.rows >= rows, timeout_s=60, what="every row consumed")
-        wait_for(lambda: daemon.processor.open_windows() == 0, timeout_s=30,
-                 what="every window closed")
+        counters = wait_all_committed(daemon, settings, rows=rows).counters
     got, _starts = output_frame(bootstrap, sink)
     write_figures("backlog", {"input_rows": rows, "late_rows": counters.late_rows,
                               "aggregated_rows": int(got["row_count"].sum())})

@@ -64,7 +64,8 @@ def describe(admin: AdminClient, group: str) -> ConsumerGroupDescription | None:
     return description
 
 
-def owners(admin: AdminClient, group: str, topic: str) -> dict[str, list[int]]:
+def owners(admin: AdminClient, group: str, topic: str,
+           partitions: int = PARTITIONS) -> dict[str, list[int]]:
     """Each member's instance id and partitions, once every partition has an owner
     (``{}`` while a rebalance is under way)."""
     description = describe(admin, group)
@@ -75,7 +76,7 @@ def owners(admin: AdminClient, group: str, topic: str) -> dict[str, list[int]]:
             tp.partition for tp in member.assignment.topic_partitions if tp.topic == topic)
         for member in description.members
     }
-    if sorted(p for parts in owned.values() for p in parts) != list(range(PARTITIONS)):
+    if sorted(p for parts in owned.values() for p in parts) != list(range(partitions)):
         return {}
     return owned
 

@@ -18,7 +18,12 @@ from consumer.kafka_clients import producer_config
 from consumer.processor import StreamProcessor
 from consumer.sink import OutputRecord, TransactionalSink
 from tests.conftest import TopicFactory
-from tests.integration.conftest import daemon_settings, publish_tables, running_daemon, wait_for
+from tests.integration.conftest import (
+    daemon_settings,
+    publish_tables,
+    running_daemon,
+    wait_all_committed,
+)
 from tests.integration.test_pipeline import KEYS, make_input, output_frame, reference
 from tests.integration.test_recovery import SIZE_MS
 
@@ -109,10 +114,7 @@ def test_crash_between_produce_and_commit_is_invisible_and_leaves_no_hanging_tra
 
     # The restarted instance (same transactional.id) fences the dead one's transaction.
     with running_daemon(settings) as daemon:
-        rows = sum(t.num_rows for _, t in data)
-        wait_for(lambda: daemon.processor.counters.rows == rows, timeout_s=60, what="replay")
-        wait_for(lambda: daemon.processor.open_windows() == 0, timeout_s=30,
-                 what="every window closed")
+        wait_all_committed(daemon, settings, rows=sum(t.num_rows for _, t in data))
     got, starts = output_frame(bootstrap, sink)
     assert sorted(starts) == sorted(set(starts)), "a window was committed twice"
     assert_frame_equal(got.drop("window_end").sort(["window_start", *KEYS]),

@@ -16,16 +16,19 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 import pytest
+from confluent_kafka.admin import AdminClient
 from polars.testing import assert_frame_equal
 
 from tests.conftest import TopicFactory
-from tests.integration.conftest import publish_tables
+from tests.integration.conftest import committed_offsets, end_offsets, publish_tables
 from tests.integration.faults import (
     keyed_by_partition,
     late_rows_logged,
     repeated_groups,
+    wait_until,
     write_figures,
 )
+from tests.integration.test_fault_rebalance import owners
 from tests.integration.test_pipeline import KEYS, make_input, output_frame, reference
 from tests.integration.test_recovery import SIZE_MS, start_daemon, write_config
 
@@ -44,6 +47,21 @@ def window_aligned_chunks(chunks: int, windows_per_chunk: int = 2,
                                          span_ms=SPAN_MS))
     size = batches * 2
     return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+def wait_input_committed(bootstrap: str, group: str, topic: str, what: str) -> None:
+    """Until the group's committed offsets reach the input's end: every window of the
+    input published so far is in a committed transaction."""
+    wait_until(lambda: committed_offsets(bootstrap, group, topic)
+               == end_offsets(bootstrap, topic), timeout_s=90, what=what)
+
+
+def refusals(log: Path) -> dict[str, int]:
+    """How a woken zombie was refused: transactions the broker aborted, assignments
+    declared lost."""
+    text = log.read_text()
+    return {"transactions_aborted": text.count("transaction aborted"),
+            "assignments_lost": text.count("discarding window state")}
 
 
 def merged_rows(bootstrap: str, sink: str) -> pl.DataFrame:
@@ -79,15 +97,16 @@ def test_zombie_with_the_same_transactional_id_is_fenced_and_exits_non_zero(
     logs = tmp_path / "zombie.log", tmp_path / "successor.log"
     zombie = start_daemon(config, logs[0])
     successor = None
+    group = f"g-{source}"
     try:
         publish_tables(bootstrap, source, chunks[0], producer_id="w1")
-        time.sleep(4)
+        wait_input_committed(bootstrap, group, source, "the first instance to commit chunk 1")
         successor = start_daemon(config, logs[1])
         code = zombie.wait(60)
         zombie_log = logs[0].read_text()
         last_line = zombie_log.strip().splitlines()[-1]
         publish_tables(bootstrap, source, chunks[1], producer_id="w2")
-        time.sleep(6)
+        wait_input_committed(bootstrap, group, source, "the successor to commit chunk 2")
         successor.send_signal(signal.SIGTERM)
         successor_code = successor.wait(30)
     finally:
@@ -105,7 +124,7 @@ def test_zombie_with_the_same_transactional_id_is_fenced_and_exits_non_zero(
 
 
 def test_a_stalled_instance_cannot_commit_a_duplicate_window(
-    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path
+    bootstrap: str, admin: AdminClient, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
     source, sink = topic_factory("in", partitions=2), topic_factory("out")
     group = f"g-{source}"
@@ -119,16 +138,23 @@ def test_a_stalled_instance_cannot_commit_a_duplicate_window(
     other: subprocess.Popen[bytes] | None = None
     try:
         publish_tables(bootstrap, source, chunks[0], producer_id="w1")
-        time.sleep(3)
+        wait_input_committed(bootstrap, group, source, "instance a to commit chunk 1")
         other = start_daemon(configs[1], logs[1])
-        time.sleep(4)  # b joins: the partitions are shared
+        wait_until(lambda: len(owners(admin, group, source, 2)) == 2, timeout_s=60,
+                   what="b to join: the partitions shared")
         publish_tables(bootstrap, source, chunks[1], producer_id="w2")
         time.sleep(0.5)
         stalled.send_signal(signal.SIGSTOP)  # stalled mid-stream, maybe mid-transaction
-        time.sleep(12)  # past session.timeout.ms and max.poll.interval.ms: b takes over
+        stalled_at = time.monotonic()
+        # Past session.timeout.ms and max.poll.interval.ms: b takes every partition over.
+        wait_until(lambda: owners(admin, group, source, 2) == {"b": [0, 1]}, timeout_s=60,
+                   what="b to own every partition while a is stopped")
         publish_tables(bootstrap, source, chunks[2], producer_id="w3")
+        stalled_s = round(time.monotonic() - stalled_at, 1)
         stalled.send_signal(signal.SIGCONT)  # the zombie wakes up and tries to go on
-        time.sleep(10)
+        wait_until(lambda: sum(refusals(logs[0]).values()) > 0, timeout_s=60,
+                   what="the woken instance to be refused")
+        wait_input_committed(bootstrap, group, source, "every chunk committed")
         stalled.send_signal(signal.SIGTERM)
         other.send_signal(signal.SIGTERM)
         codes = [stalled.wait(30), other.wait(30)]
@@ -137,12 +163,10 @@ def test_a_stalled_instance_cannot_commit_a_duplicate_window(
             if process is not None and process.poll() is None:
                 process.kill()
     figures = check_output(bootstrap, sink, chunks, *logs)
-    woken = logs[0].read_text()
-    refused = {"transactions_aborted": woken.count("transaction aborted"),
-               "assignments_lost": woken.count("discarding window state")}
-    write_figures("stalled", {"exit_codes": codes, "stalled_s": 12,
+    refused = refusals(logs[0])
+    write_figures("stalled", {"exit_codes": codes, "stalled_s": stalled_s,
                               "max_poll_interval_ms": 8000, **refused, **figures})
     assert codes == [0, 0]
     # The woken instance tried to go on and was refused: its transaction aborted by the
     # broker (unknown member) or its assignment declared lost; nothing of it committed.
-    assert sum(refused.values()) >= 1, woken[-3000:]
+    assert sum(refused.values()) >= 1, logs[0].read_text()[-3000:]

@@ -14,7 +14,13 @@ from polars.testing import assert_frame_equal
 
 from consumer.tail import read_output
 from tests.conftest import TopicFactory
-from tests.integration.conftest import daemon_settings, publish_tables, running_daemon, wait_for
+from tests.integration.conftest import (
+    daemon_settings,
+    publish_tables,
+    running_daemon,
+    wait_all_committed,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -93,12 +99,13 @@ def test_event_time_windows_equal_the_reference(
     with running_daemon(settings) as daemon:
         publish_tables(bootstrap, source, data[: len(data) // 2], producer_id="w1")
         publish_tables(bootstrap, source, data[len(data) // 2 :], producer_id="w2")
-        wait_for(lambda: daemon.processor.counters.rows == total_rows, timeout_s=60,
-                 what="the daemon to consume every row")
+        wait_for(lambda: daemon.processor.progress.counters.rows == total_rows, timeout_s=60,
+                 what="the daemon to take every row")
         input_stopped = time.monotonic()
-        wait_for(lambda: daemon.processor.open_windows() == 0, timeout_s=30,
-                 what="every window to close")
+        wait_for(lambda: daemon.processor.progress.settled, timeout_s=30,
+                 what="every window closed and committed")
         closed_after_s = time.monotonic() - input_stopped
+        wait_all_committed(daemon, settings, rows=total_rows)
     got, starts = output_frame(bootstrap, sink)
     expected = reference([t for _, t in data], size_ms)
 

@@ -24,7 +24,12 @@ from polars.testing import assert_frame_equal
 
 from consumer.output import decode_output
 from tests.conftest import REPO, TopicFactory
-from tests.integration.conftest import publish_tables, wait_for
+from tests.integration.conftest import (
+    committed_offsets,
+    end_offsets,
+    publish_tables,
+    wait_for,
+)
 from tests.integration.faults import read_topic, write_figures
 from tests.integration.test_pipeline import KEYS, make_input, output_frame, reference
 
@@ -107,8 +112,10 @@ class ParallelReader:
         finally:
             reader.close()
 
-    def stop(self) -> pl.DataFrame:
-        time.sleep(2)  # let it catch up with the last commit
+    def stop(self, messages: int) -> pl.DataFrame:
+        """Stop once it has read ``messages`` output messages (what the final read saw)."""
+        wait_for(lambda: len(self.starts) >= messages, timeout_s=30,
+                 what=f"the parallel reader to read {messages} messages")
         self._stop.set()
         self._thread.join(30)
         frame = pl.concat(self.frames)
@@ -137,7 +144,12 @@ def run_with_faults(bootstrap: str, config: Path, log: Path, data: list[tuple[in
             daemon.send_signal(stop_signal)
             codes.append(daemon.wait(30))
             daemon = start_running_daemon(config, log)
-        time.sleep(5)  # consume the rest and close the last windows on idleness
+        # The rest consumed and the last windows closed on idleness: every input offset
+        # committed (as the broker tells it, not a guess at how long that takes).
+        source, group = config_source(config), config_group(config)
+        wait_for(lambda: committed_offsets(bootstrap, group, source)
+                 == end_offsets(bootstrap, source), timeout_s=60,
+                 what="the daemon to commit the whole input")
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(30) == 0, log.read_text()[-3000:]
     finally:
@@ -166,6 +178,10 @@ def config_source(config: Path) -> str:
     return str(yaml.safe_load(config.read_text())["input"]["topics"][0])
 
 
+def config_group(config: Path) -> str:
+    return str(yaml.safe_load(config.read_text())["kafka"]["group_id"])
+
+
 def ordered_input(batches_per_producer: int) -> list[tuple[int, pa.Table]]:
     return make_input(batches_per_producer=batches_per_producer, producers=3, span_ms=30)
 
@@ -184,7 +200,7 @@ def test_twenty_sigkills_lose_nothing_and_duplicate_nothing(
     codes = run_with_faults(bootstrap, config, log, data, stop_signal=signal.SIGKILL, stops=20,
                             rng=random.Random(11), poison=poison)
     got, starts = output_frame(bootstrap, sink)
-    seen_in_parallel = reader.stop()
+    seen_in_parallel = reader.stop(len(starts))
     expected = reference([t for _, t in data], SIZE_MS)
     dead = dead_letter_origins(bootstrap, dlq)
     write_figures("sigkill", {

@@ -22,6 +22,7 @@ from tests.integration.conftest import (
     daemon_settings,
     publish_tables,
     running_daemon,
+    wait_all_committed,
     wait_for,
 )
 from tests.integration.test_pipeline import T0, sensor_table
@@ -103,11 +104,7 @@ def test_metrics_and_readiness_follow_a_real_run(
         poller.start()
         with running_daemon(settings, service) as daemon:
             processor = daemon.processor
-            wait_for(lambda: processor.counters.rows == 120 * 30, timeout_s=40,
-                     what="every good row")
-            wait_for(lambda: processor.open_windows() == 0
-                     and not processor.has_pending_output(), timeout_s=20,
-                     what="every window emitted and committed")
+            wait_all_committed(daemon, settings, rows=120 * 30)
             # The gauges follow at the end of the loop's turn, after the commit.
             wait_for(lambda: settled(scrape(watcher.port)), timeout_s=10,
                      what="no open window, ready and no lag in /metrics")

@@ -8,7 +8,12 @@ import pytest
 
 from consumer.tail import read_output
 from tests.conftest import TopicFactory
-from tests.integration.conftest import daemon_settings, publish_tables, running_daemon, wait_for
+from tests.integration.conftest import (
+    daemon_settings,
+    publish_tables,
+    running_daemon,
+    wait_all_committed,
+)
 from tests.integration.test_pipeline import T0, make_input
 
 pytestmark = pytest.mark.integration
@@ -41,14 +46,7 @@ def test_window_totals_are_conserved(
                                window={**window, "idle_timeout_ms": 1000})
     with running_daemon(settings) as daemon:
         publish_tables(bootstrap, source, data)
-        wait_for(lambda: daemon.processor.counters.rows >= rows, timeout_s=60,
-                 what="every row consumed")
-        # Closed is not yet committed: wait until nothing is open or waiting for a commit.
-        processor = daemon.processor
-        wait_for(lambda: processor.open_windows() == 0 and not processor.has_pending_output()
-                 and processor.counters.windows_emitted > 0,
-                 timeout_s=30, what="every window committed")
-        aborts = daemon.processor.counters.aborts
+        aborts = wait_all_committed(daemon, settings, rows=rows).counters.aborts
     windows = list(read_output(bootstrap, sink, idle_timeout_s=3.0))
     print(f"{window}: {len(windows)} windows, {aborts} aborted transactions")
     out = pa.concat_tables([w.frame.to_arrow() for w in windows])

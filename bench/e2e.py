@@ -30,11 +30,10 @@ from bench.broker import create_topic, delete_topics, fill
 from bench.payloads import WINDOW_MS, Encoding, Payloads, build, sentinel
 from bench.sizes import KernelCase
 from consumer.config import Settings, settings_from_dict
-from consumer.kafka_clients import consumer_config, take_batch
-from consumer.observer import NullObserver
-from consumer.offsets import PartitionKey
-from consumer.processor import StreamProcessor
-from consumer.window_store import ClosedWindow
+from consumer.core.types import ClosedWindow, PartitionKey
+from consumer.kafka.clients import consumer_config, take_batch
+from consumer.kafka.processor import StreamProcessor
+from consumer.service.observer import NullObserver
 
 ROWS_PER_MESSAGE = 12_000  # ~1 MB a message: what the publisher's default limit makes
 GROUPS = 10_000

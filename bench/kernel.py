@@ -30,12 +30,13 @@ from polars.testing import assert_frame_equal
 from pyarrow import ipc
 
 from bench.payloads import WINDOW_MS, Payloads
-from consumer.decode import Decoder, poll_frame
-from consumer.engine import MessageRef, TimeWindowEngine
-from consumer.output import encode_window
-from consumer.plan import AggregationPlan, derive_plan
-from consumer.windows import WindowSpec
-from producer.wire import DecodeLimits
+from consumer.core.decode import Decoder, poll_frame
+from consumer.core.engine.time import TimeWindowEngine
+from consumer.core.plan import AggregationPlan, derive_plan
+from consumer.core.types import MessageRef
+from consumer.core.windows import WindowSpec
+from wire.input import DecodeLimits
+from wire.output import encode_window
 
 PEERS = ("arrowagg", "datafusion", "duckdb", "polars_naive")
 _IDLE_MS = 60_000

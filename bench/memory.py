@@ -22,12 +22,13 @@ from typing import Any
 from bench.machine import rss_kb
 from bench.payloads import build
 from bench.sizes import KernelCase
-from consumer.decode import Decoder, poll_frame
-from consumer.engine import MessageRef, TimeWindowEngine
-from consumer.output import encode_window
-from consumer.plan import derive_plan
-from consumer.windows import WindowSpec
-from producer.wire import DecodeLimits
+from consumer.core.decode import Decoder, poll_frame
+from consumer.core.engine.time import TimeWindowEngine
+from consumer.core.plan import derive_plan
+from consumer.core.types import MessageRef
+from consumer.core.windows import WindowSpec
+from wire.input import DecodeLimits
+from wire.output import encode_window
 
 ROWS_PER_MESSAGE = 50_000
 POLLS_PER_WINDOW = 10

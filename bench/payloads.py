@@ -16,12 +16,12 @@ import pyarrow.compute as pc
 
 from bench.sizes import KernelCase
 from producer.generate import sensor_batch
-from producer.wire import dictionary_keys, encode_ipc_stream
+from wire.input import dictionary_keys, encode_ipc_stream
 
 WINDOW_MS = 10_000
 START_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z, on a window boundary
 Encoding = Literal["plain", "dictionary"]
-# plain: utf8 keys, what any pyarrow worker sends; dictionary: what producer.wire's
+# plain: utf8 keys, what any pyarrow worker sends; dictionary: what wire.input's
 # dictionary_keys makes of them (what arrowagg's Publisher sends by default).
 ENCODINGS: tuple[Encoding, ...] = ("plain", "dictionary")
 

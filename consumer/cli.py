@@ -13,14 +13,14 @@ from types import FrameType
 import pyarrow as pa
 
 from consumer.config import ConfigError, Settings, load_settings
-from consumer.dlq import DlqLimitExceededError
-from consumer.kafka_clients import KafkaSetupError, check_topics
-from consumer.logs import configure_logging
-from consumer.plan import PlanError, derive_plan
-from consumer.sink import FatalKafkaError
-from consumer.tail import peek_first_value, print_window, read_output
-from producer.files import UnreadableFileError, read_table
-from producer.wire import DecodeLimits, WireFormatError, decode_ipc_stream
+from consumer.core.dlq import DlqLimitExceededError
+from consumer.core.plan import PlanError, derive_plan
+from consumer.kafka.clients import KafkaSetupError, check_topics
+from consumer.kafka.sink import FatalKafkaError
+from consumer.kafka.tail import peek_first_value, print_window, read_output
+from consumer.service.logs import configure_logging
+from wire.files import UnreadableFileError, read_table
+from wire.input import DecodeLimits, WireFormatError, decode_ipc_stream
 
 log = logging.getLogger("consumer")
 
@@ -88,10 +88,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit per 
 
 
 def _run(settings: Settings, config_path: Path | None = None) -> int:
-    from consumer.health import ServiceSetupError  # noqa: PLC0415 - keeps --help fast
-    from consumer.processor import StreamProcessor  # noqa: PLC0415
-    from consumer.reload import ConfigReloader  # noqa: PLC0415
-    from consumer.service import start_service  # noqa: PLC0415
+    from consumer.kafka.processor import StreamProcessor  # noqa: PLC0415
+    from consumer.service.fanout import start_service  # noqa: PLC0415
+    from consumer.service.health import ServiceSetupError  # noqa: PLC0415 - keeps --help fast
+    from consumer.service.reload import ConfigReloader  # noqa: PLC0415
 
     try:
         service = start_service(

@@ -27,7 +27,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from consumer.plan import AggFunc
+from consumer.core.plan import AggFunc
 
 LibrdkafkaValue = str | int | float | bool
 
@@ -104,7 +104,7 @@ class InputSettings(_Section):
     # Memory budget: distinct (window, keys) groups held across open windows. When it is
     # reached, the open windows are emitted as non-final revisions and start afresh;
     # "pause" first pauses the partitions ahead of the watermark at 80% of it
-    # (consumer/budget.py).
+    # (consumer/core/budget.py).
     max_groups: PositiveInt = 5_000_000
     over_budget: Literal["pause", "emit_early"] = "pause"
 

@@ -21,10 +21,10 @@ import pyarrow as pa
 from pyarrow import ipc
 from tqdm import tqdm
 
-from producer.files import InputFile, UnreadableFileError
 from producer.generate import SENSOR_SCHEMA, sensor_batch
 from producer.publisher import BrokerUnreachableError, Publisher, PublishError
-from producer.wire import Compression
+from wire.files import InputFile, UnreadableFileError
+from wire.input import Compression
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"

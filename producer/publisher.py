@@ -1,7 +1,7 @@
-"""Publish Arrow and Polars data to an input topic in the wire format of ``producer.wire``.
+"""Publish Arrow and Polars data to an input topic in the wire format of ``wire.input``.
 
 A thin adapter over ``confluent_kafka.Producer``: encoding and splitting live in
-``producer.wire``; this module adds the Kafka habits (idempotence, ``poll(0)`` after each
+``wire.input``; this module adds the Kafka habits (idempotence, ``poll(0)`` after each
 produce, retry on a full local queue, delivery accounting, flush on close).
 """
 
@@ -20,8 +20,8 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin._metadata import ClusterMetadata  # admin re-exports it untyped
 
-from producer.files import InputFile
-from producer.wire import (
+from wire.files import InputFile
+from wire.input import (
     Compression,
     dictionary_keys,
     encode_for_size,
@@ -74,7 +74,7 @@ class Publisher:
         self.producer_id = producer_id or uuid.uuid4().hex
         self.compression: Compression = compression
         self.max_message_bytes = max_message_bytes
-        # String columns go out dictionary-encoded (producer.wire.dictionary_keys): the
+        # String columns go out dictionary-encoded (wire.input.dictionary_keys): the
         # messages are smaller and the daemon groups on the codes instead of hashing
         # strings (docs/benchmarks.md). Any Arrow reader decodes them to the same values.
         self.dictionary_strings = dictionary_strings
@@ -155,7 +155,7 @@ class Publisher:
     def publish_ipc_file(self, path: str | Path, *, key: bytes | None = None) -> int:
         """Publish an Arrow IPC stream, Arrow IPC file or Parquet file, batch by batch.
 
-        Returns the number of messages. Raises ``producer.files.UnreadableFileError`` for a
+        Returns the number of messages. Raises ``wire.files.UnreadableFileError`` for a
         file that is missing or not one of those formats.
         """
         return sum(self.publish(batch, key=key) for batch in InputFile.open(path).batches())

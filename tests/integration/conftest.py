@@ -20,10 +20,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from consumer.config import Settings, settings_from_dict
-from consumer.observer import ProcessorObserver
-from consumer.processor import Progress, StreamProcessor
-from producer.wire import encode_ipc_stream, message_headers, schema_fingerprint
+from consumer.kafka.processor import Progress, StreamProcessor
+from consumer.service.observer import ProcessorObserver
 from tests.conftest import KAFKA_LOCAL, REPO
+from wire.input import encode_ipc_stream, message_headers, schema_fingerprint
 
 
 def daemon_settings(bootstrap: str, input_topic: str, output_topic: str,

@@ -34,8 +34,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
-from producer.wire import encode_ipc_stream, message_headers, schema_fingerprint
 from tests.conftest import KAFKA_LOCAL, REPO
+from wire.input import encode_ipc_stream, message_headers, schema_fingerprint
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 STOP_TIMEOUT_S = 60.0

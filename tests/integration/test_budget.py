@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
-from consumer.observer import NullObserver
-from consumer.tail import read_output
+from consumer.kafka.tail import read_output
+from consumer.service.observer import NullObserver
 from tests.conftest import TopicFactory
 from tests.integration.conftest import daemon_settings, publish_tables, running_daemon, wait_for
 from tests.integration.test_pipeline import KEYS, T0, reference, sensor_table

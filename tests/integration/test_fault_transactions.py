@@ -14,9 +14,10 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from polars.testing import assert_frame_equal
 
-from consumer.kafka_clients import producer_config
-from consumer.processor import StreamProcessor
-from consumer.sink import OutputRecord, TransactionalSink
+from consumer.core.types import OutputRecord
+from consumer.kafka.clients import producer_config
+from consumer.kafka.processor import StreamProcessor
+from consumer.kafka.sink import TransactionalSink
 from tests.conftest import TopicFactory
 from tests.integration.conftest import (
     daemon_settings,

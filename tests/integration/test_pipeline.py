@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
-from consumer.tail import read_output
+from consumer.kafka.tail import read_output
 from tests.conftest import TopicFactory
 from tests.integration.conftest import (
     daemon_settings,

@@ -15,8 +15,8 @@ from polars.testing import assert_frame_equal
 from producer import cli
 from producer.generate import sensor_batch
 from producer.publisher import Publisher, PublishError
-from producer.wire import decode_ipc_stream, dictionary_keys, parse_headers, schema_fingerprint
 from tests.conftest import TopicFactory
+from wire.input import decode_ipc_stream, dictionary_keys, parse_headers, schema_fingerprint
 
 pytestmark = pytest.mark.integration
 

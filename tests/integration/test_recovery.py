@@ -22,7 +22,6 @@ import yaml
 from confluent_kafka import Consumer, Producer
 from polars.testing import assert_frame_equal
 
-from consumer.output import decode_output
 from tests.conftest import REPO, TopicFactory
 from tests.integration.conftest import (
     committed_offsets,
@@ -32,6 +31,7 @@ from tests.integration.conftest import (
 )
 from tests.integration.faults import read_topic, write_figures
 from tests.integration.test_pipeline import KEYS, make_input, output_frame, reference
+from wire.output import decode_output
 
 pytestmark = pytest.mark.integration
 

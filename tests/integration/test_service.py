@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import pytest
 from confluent_kafka import Producer
 
-from consumer.observer import NullObserver
-from consumer.offsets import PartitionKey
-from consumer.service import start_service
+from consumer.core.types import PartitionKey
+from consumer.service.fanout import start_service
+from consumer.service.observer import NullObserver
 from tests.conftest import TopicFactory
-from tests.consumer.test_health import Samples, http_get, scrape, total
+from tests.consumer.service.test_health import Samples, http_get, scrape, total
 from tests.integration.conftest import (
     daemon_settings,
     publish_tables,

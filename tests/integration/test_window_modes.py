@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from consumer.tail import read_output
+from consumer.kafka.tail import read_output
 from tests.conftest import TopicFactory
 from tests.integration.conftest import (
     daemon_settings,

@@ -12,7 +12,7 @@ from polars.testing import assert_frame_equal
 
 from producer.generate import sensor_batch
 from producer.publisher import Publisher, PublishError
-from producer.wire import decode_ipc_stream, schema_fingerprint
+from wire.input import decode_ipc_stream, schema_fingerprint
 
 NOWHERE = "127.0.0.1:1"  # nothing listens on port 1: connections are refused at once
 

@@ -1,0 +1,61 @@
+"""The memory budget for window state: what to do when open windows hold too many groups.
+
+Window state grows with the distinct (window, keys) groups of the open windows. In event
+time a partition far ahead of the watermark fills windows that cannot close until the
+slowest partition catches up, so the state grows with the lead. ``input.max_groups`` is
+the hard bound: reached, the open windows are emitted as non-final revisions and start
+afresh (``emit_early``). With ``over_budget: pause`` (the default) the partitions ahead
+of the watermark are paused first, at ``PAUSE_AT`` of the budget, so the slow ones can
+catch up and close windows; they resume below ``RESUME_BELOW``. Pure: the run loop
+applies the decisions to the consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from consumer.core.types import PartitionKey
+
+OverBudget = Literal["pause", "emit_early"]
+PAUSE_AT = 0.8
+RESUME_BELOW = 0.5
+
+
+@dataclass(frozen=True)
+class BudgetDecision:
+    pause: list[PartitionKey] = field(default_factory=list)
+    resume: list[PartitionKey] = field(default_factory=list)
+    emit_early: bool = False
+
+
+class GroupBudget:
+    def __init__(self, max_groups: int, policy: OverBudget) -> None:
+        self._max_groups = max_groups
+        self._policy = policy
+        self.paused: set[PartitionKey] = set()
+
+    def check(self, groups: int, ahead: Iterable[PartitionKey]) -> BudgetDecision:
+        """``groups`` held now; ``ahead``: partitions ahead of the watermark."""
+        if groups >= self._max_groups:
+            return BudgetDecision(emit_early=True)
+        if self.paused and groups < RESUME_BELOW * self._max_groups:
+            resume = sorted(self.paused)
+            self.paused.clear()
+            return BudgetDecision(resume=resume)
+        if self._policy == "pause" and groups >= PAUSE_AT * self._max_groups:
+            pause = sorted(p for p in ahead if p not in self.paused)
+            self.paused.update(pause)
+            return BudgetDecision(pause=pause)
+        return BudgetDecision()
+
+    def forget(self, partitions: Iterable[PartitionKey]) -> None:
+        """Revoked or lost: no longer ours to resume."""
+        self.paused.difference_update(partitions)
+
+    def release_all(self) -> list[PartitionKey]:
+        """Everything paused, now resumed (the state was discarded)."""
+        released = sorted(self.paused)
+        self.paused.clear()
+        return released

@@ -1,0 +1,6 @@
+"""Window engines: rows of messages in, closed windows and commit points out.
+
+``base`` holds the shape every engine has and the engine used before the plan is known;
+``time`` the tumbling/hopping engine (event or processing time); ``count`` the engine
+that closes a window every N messages or M rows.
+"""

@@ -1,0 +1,286 @@
+"""Time windows: tumbling or hopping, by event time (a timestamp column, closed by the
+watermark) or by processing time (the wall clock when the batch arrives).
+
+Rows arrive with the coordinates of the messages they came from (``MessageRef``); the
+engine keeps per-partition progress so that a replay after a restart or a takeover
+skips what was emitted and calls late only what is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import polars as pl
+
+from consumer.core.aggregate import PartialAggregator
+from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
+from consumer.core.plan import AggregationPlan
+from consumer.core.types import NO_WINDOW, WINDOW_START, ClosedWindow, MessageRef, PartitionKey
+from consumer.core.watermark import WatermarkTracker
+from consumer.core.window_store import WindowStore
+from consumer.core.windows import WindowSpec, to_epoch_ms, window_ranges, with_window_start
+
+EVENT_MS = "__event_ms"
+_SKIP_THROUGH = "__skip_through"
+_LATE_THROUGH = "__late_through"
+
+
+@dataclass
+class _Progress:
+    """One assigned partition's emitted frontier and what a restart left to replay.
+
+    ``frontier``: every window ending at or before it holds all of this partition's rows
+    that belong to it, in committed output; later rows for such a window are late.
+    ``replay_until``: offsets below it were consumed before the restart (by this instance
+    or the partition's previous owner), and their rows in windows ending at or before
+    ``replayed_frontier`` were emitted then: replaying them again is skipped, not late.
+    ``restored_max_ms`` (the largest event time seen before the restart) reaches the
+    watermark only once the replay is over: before that, the rows between the committed
+    offset and ``replay_until`` are still to come, and closing their windows on the
+    restored time would emit them twice.
+    """
+
+    frontier: int | None
+    replay_until: int = -1
+    replayed_frontier: int | None = None
+    restored_max_ms: int | None = None
+
+
+class TimeWindowEngine:
+    def __init__(
+        self, plan: AggregationPlan, spec: WindowSpec, *, event_time: bool,
+        time_dtype: pl.DataType | None, allowed_lateness_ms: int, idle_timeout_ms: int,
+        merge_every: int,
+    ) -> None:
+        if event_time and (plan.time_column is None or time_dtype is None):
+            raise ValueError("event-time windows need the plan's time column and its dtype")
+        self._plan = plan
+        self._spec = spec
+        self._event_time = event_time
+        self._time_dtype = time_dtype
+        self._aggregator = PartialAggregator(plan, (WINDOW_START, *plan.keys))
+        self._store = WindowStore(self._aggregator, merge_every=merge_every)
+        self._offsets = OffsetTracker()
+        self._watermarks = WatermarkTracker(
+            allowed_lateness_ms=allowed_lateness_ms, idle_timeout_ms=idle_timeout_ms)
+        self._progress: dict[PartitionKey, _Progress] = {}
+        # The furthest this instance has closed windows (or a restored commit had): the
+        # frontier of a partition that arrives with no commit of its own.
+        self._closed_through: int | None = None
+        self._revisions: dict[int, int] = {}  # window start -> next revision number
+        self.late_rows = 0
+        self.skipped_replayed_rows = 0
+
+    # -- assignment --------------------------------------------------------------------
+
+    def assign(self, partition: PartitionKey, committed: int | None,
+               metadata: CommitMetadata | None, now_ms: int) -> None:
+        self._offsets.assign(partition, committed,
+                             metadata.position if metadata is not None else None)
+        if metadata is None or metadata.frontier is None:
+            progress = _Progress(self._closed_through)
+        else:
+            progress = _Progress(metadata.frontier)
+            self._closed_through = _later(self._closed_through, metadata.frontier)
+        if metadata is not None and self._event_time:
+            progress.replay_until = metadata.position
+            progress.replayed_frontier = metadata.frontier
+            progress.restored_max_ms = metadata.max_event_ms
+        self._progress[partition] = progress
+        self._watermarks.assign(partition, now_ms, None)
+        self._end_replay_if_caught_up(partition, now_ms)
+
+    def revoke(self, partition: PartitionKey) -> None:
+        self._offsets.revoke(partition)
+        self._watermarks.revoke(partition)
+        self._progress.pop(partition, None)
+
+    def replaying(self, partition: PartitionKey) -> bool:
+        """True until the partition has been re-read up to where the last run had got."""
+        progress = self._progress.get(partition)
+        if progress is None or progress.replay_until < 0:
+            return False
+        next_offset = self._offsets.next_offset(partition)
+        return next_offset is None or next_offset < progress.replay_until
+
+    def ahead_of_watermark(self, now_ms: int) -> list[PartitionKey]:
+        """Partitions whose input fills windows the watermark cannot close yet."""
+        return self._watermarks.ahead(now_ms) if self._event_time else []
+
+    def _end_replay_if_caught_up(self, partition: PartitionKey, now_ms: int) -> None:
+        progress = self._progress.get(partition)
+        if progress is None or progress.restored_max_ms is None or self.replaying(partition):
+            return
+        self._watermarks.observe(partition, progress.restored_max_ms, now_ms)
+        progress.restored_max_ms = None
+
+    # -- rows in -----------------------------------------------------------------------
+
+    def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
+            now_ms: int) -> pl.DataFrame | None:
+        """Window and pre-aggregate ``frame``; return its late rows (with window_start).
+
+        Only messages that may hold rows of windows their partition already emitted are
+        filtered row by row; in a steady stream that is none of them.
+        """
+        bounds = [self._old_bounds(ref, now_ms) for ref in refs]
+        late = None
+        if any(b is not None for b in bounds):
+            windowed, late = self._split_old(frame, refs, bounds, now_ms)
+        else:
+            windowed = self._windowed(frame.lazy(), now_ms)
+        partial = self._aggregator.partial(windowed)
+        starts = partial.get_column(WINDOW_START).unique().to_list()
+        self._store.add(partial, {s: s + self._spec.size_ms for s in starts})
+        for ref in refs:
+            event_ms = ref.max_event_ms if self._event_time else now_ms
+            self._offsets.record(ref.partition, ref.offset, self._last_end(event_ms))
+            self._watermarks.observe(ref.partition, event_ms, now_ms)
+            self._end_replay_if_caught_up(ref.partition, now_ms)
+        return late
+
+    def _windowed(self, frame: pl.LazyFrame, now_ms: int) -> pl.LazyFrame:
+        with_event = frame.with_columns(self._event_expr(now_ms))
+        return with_window_start(with_event, EVENT_MS, self._spec).drop(EVENT_MS)
+
+    def _old_bounds(self, ref: MessageRef, now_ms: int) -> tuple[int, int] | None:
+        """``(skip_through, late_through)`` when the message may hold rows of windows its
+        partition emitted: rows in windows ending at or before ``skip_through`` were
+        emitted before a restart (skipped), up to ``late_through`` they are late."""
+        progress = self._progress.get(ref.partition)
+        if progress is None or progress.frontier is None:
+            return None
+        replayed = ref.offset < progress.replay_until
+        skip_through = progress.replayed_frontier if replayed else None
+        through = _later(progress.frontier, skip_through)
+        first_ms = ref.min_event_ms if self._event_time else now_ms
+        if through is None or first_ms is None or _first_end(first_ms, self._spec) > through:
+            return None
+        return (NO_WINDOW if skip_through is None else skip_through), through
+
+    def _split_old(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
+                   bounds: list[tuple[int, int] | None], now_ms: int,
+                   ) -> tuple[pl.LazyFrame, pl.DataFrame | None]:
+        """Drop replayed rows of emitted windows; take out late rows; keep the rest."""
+        counts = pl.Series([r.rows for r in refs], dtype=pl.Int64)
+        marked = frame.with_columns(
+            _per_row(_SKIP_THROUGH, counts, [NO_WINDOW if b is None else b[0] for b in bounds]),
+            _per_row(_LATE_THROUGH, counts, [NO_WINDOW if b is None else b[1] for b in bounds]),
+        )  # before windowing, so hopping windows repeat them with their row
+        windowed = self._windowed(marked.lazy(), now_ms).collect()
+        end = pl.col(WINDOW_START) + self._spec.size_ms
+        skipped = end <= pl.col(_SKIP_THROUGH)
+        is_late = ~skipped & (end <= pl.col(_LATE_THROUGH))
+        self.skipped_replayed_rows += windowed.filter(skipped).height
+        late = windowed.filter(is_late).drop(_SKIP_THROUGH, _LATE_THROUGH)
+        self.late_rows += late.height
+        kept = windowed.filter(~skipped & ~is_late).drop(_SKIP_THROUGH, _LATE_THROUGH)
+        return kept.lazy(), (late if late.height else None)
+
+    def keep_alive(self, partition: PartitionKey, now_ms: int) -> None:
+        """The partition has a backlog not yet consumed: it is not idle."""
+        self._watermarks.observe(partition, None, now_ms)
+
+    def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None:
+        """A message with no usable rows: done at once, and proof the partition is alive."""
+        self._offsets.record(partition, offset, NO_WINDOW)
+        self._watermarks.observe(partition, None, now_ms)
+        self._end_replay_if_caught_up(partition, now_ms)
+
+    def _event_expr(self, now_ms: int) -> pl.Expr:
+        if not self._event_time:
+            return pl.lit(now_ms, pl.Int64).alias(EVENT_MS)
+        assert self._plan.time_column is not None  # noqa: S101 - checked in __init__
+        assert self._time_dtype is not None  # noqa: S101
+        return to_epoch_ms(self._plan.time_column, self._time_dtype).alias(EVENT_MS)
+
+    def _last_end(self, event_ms: int | None) -> int:
+        if event_ms is None:
+            return NO_WINDOW  # a message without rows feeds no window
+        return window_ranges(event_ms, self._spec)[-1][1]
+
+    # -- windows out -------------------------------------------------------------------
+
+    def close_due(self, now_ms: int) -> list[ClosedWindow]:
+        if not self._event_time:
+            return self._close_through(now_ms)
+        watermark = self._watermarks.current(now_ms)
+        if watermark.all_idle:
+            # Nothing is coming: close every open window rather than wait forever.
+            closed = self._revised(self._store.pop_all(), final=True)
+            if closed:
+                self._advance(max(w.end_ms for w in closed))
+            return closed
+        if watermark.value_ms is None:
+            return []
+        return self._close_through(watermark.value_ms)
+
+    def _close_through(self, through_ms: int) -> list[ClosedWindow]:
+        # Pop by the watermark itself, not by the furthest close so far: a partition taken
+        # over from another instance may reopen windows this one closed, and those close
+        # again only when that partition's replay has passed them.
+        closed = self._revised(self._store.pop_closed(through_ms), final=True)
+        self._advance(through_ms)
+        return closed
+
+    def _advance(self, through_ms: int) -> None:
+        """Every assigned partition's rows up to ``through_ms`` are now emitted."""
+        self._closed_through = _later(self._closed_through, through_ms)
+        for progress in self._progress.values():
+            progress.frontier = _later(progress.frontier, through_ms)
+
+    def emit_early(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
+        """Emit every open window as a non-final revision and start them afresh, so the
+        groups held stay within the memory budget; all consumed input is then emitted."""
+        early = self._revised(self._store.pop_all(), final=False)
+        self._offsets.mark_all_done()
+        return early
+
+    def _revised(self, windows: list[ClosedWindow], *, final: bool) -> list[ClosedWindow]:
+        out = []
+        for window in windows:
+            revision = (self._revisions.pop(window.start_ms, 0) if final
+                        else self._revisions.get(window.start_ms, 0))
+            if not final:
+                self._revisions[window.start_ms] = revision + 1
+            out.append(replace(window, final=final, revision=revision))
+        return out
+
+    def commit_points(self) -> dict[PartitionKey, CommitPoint]:
+        points = {}
+        for partition in self._offsets.partitions():
+            progress = self._progress.get(partition) or _Progress(self._closed_through)
+            seen = self._watermarks.max_event_ms(partition)
+            point = self._offsets.commit_point(
+                partition, progress.frontier, _later(seen, progress.restored_max_ms))
+            if point is not None:
+                points[partition] = point
+        return points
+
+    def discard(self) -> None:
+        self._store.discard()
+
+    def cardinality(self) -> int:
+        return self._store.cardinality()
+
+    def open_window_count(self) -> int:
+        return len(self._store.open_windows())
+
+
+def _later(a: int | None, b: int | None) -> int | None:
+    """The larger of two optional times (None: nothing yet)."""
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+def _per_row(name: str, counts: pl.Series, values: list[int]) -> pl.Series:
+    """One value per message, repeated for each of its ``counts`` rows."""
+    index = pl.int_range(0, counts.len(), eager=True).repeat_by(counts).explode()
+    return pl.Series(name, values, dtype=pl.Int64).gather(index)
+
+
+def _first_end(ts_ms: int, spec: WindowSpec) -> int:
+    """The end of the earliest window holding ``ts_ms``."""
+    return window_ranges(ts_ms, spec)[0][1]

@@ -1,0 +1,114 @@
+"""Which input offsets are safe to commit: those whose rows are all in emitted windows.
+
+Every consumed message is recorded with the largest window end its rows touched. A
+partition's commit offset is the first message whose windows are not all emitted yet;
+everything before it is done. After a crash the daemon replays from there, so the open
+windows are rebuilt from the input itself and nothing is lost.
+
+The commit carries metadata (``CommitMetadata``): the emitted-window frontier and the
+position the consumer had reached. On replay, rows of messages before that position whose
+windows lie at or below the frontier were already emitted and are skipped, not counted
+twice and not mistaken for late rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass
+
+from consumer.core.types import NO_WINDOW, PartitionKey
+
+
+@dataclass(frozen=True)
+class CommitMetadata:
+    frontier: int | None
+    position: int
+    max_event_ms: int | None
+
+    def encode(self) -> str:
+        return json.dumps(
+            {"v": 1, "frontier": self.frontier, "position": self.position,
+             "max_event_ms": self.max_event_ms},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def decode(cls, text: str | None) -> CommitMetadata | None:
+        """Parse committed metadata; None when absent or written by something else."""
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            if data.get("v") != 1:
+                return None
+            return cls(_opt_int(data["frontier"]), int(data["position"]),
+                       _opt_int(data["max_event_ms"]))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            return None
+
+
+def _opt_int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class CommitPoint:
+    offset: int
+    metadata: CommitMetadata
+
+
+class OffsetTracker:
+    """Per-partition queues of (offset, last window end) for messages not yet committable."""
+
+    def __init__(self) -> None:
+        self._pending: dict[PartitionKey, deque[tuple[int, int]]] = {}
+        self._next: dict[PartitionKey, int | None] = {}  # next offset to consume
+        self._reached: dict[PartitionKey, int] = {}  # furthest position ever consumed
+
+    def assign(self, partition: PartitionKey, committed: int | None,
+               reached: int | None = None) -> None:
+        """``committed`` is the committed offset (None when the group has none yet);
+        ``reached`` the position an earlier run had consumed to (from CommitMetadata)."""
+        self._pending[partition] = deque()
+        self._next[partition] = committed
+        self._reached[partition] = max(reached or 0, committed or 0)
+
+    def revoke(self, partition: PartitionKey) -> None:
+        self._pending.pop(partition, None)
+        self._next.pop(partition, None)
+        self._reached.pop(partition, None)
+
+    def record(self, partition: PartitionKey, offset: int, last_window_end: int) -> None:
+        """``last_window_end`` is the end of the last window the message's rows went to."""
+        self._pending.setdefault(partition, deque()).append((offset, last_window_end))
+        self._next[partition] = offset + 1
+        self._reached[partition] = max(self._reached.get(partition, 0), offset + 1)
+
+    def commit_point(self, partition: PartitionKey, frontier: int | None,
+                     max_event_ms: int | None) -> CommitPoint | None:
+        """The offset to commit for ``partition`` once its rows in windows ending at or
+        before ``frontier`` are emitted; None when nothing was consumed or committed."""
+        queue = self._pending.get(partition)
+        next_offset = self._next.get(partition)
+        if queue is None or next_offset is None:
+            return None
+        done_through = NO_WINDOW if frontier is None else frontier
+        while queue and queue[0][1] <= done_through:
+            queue.popleft()
+        offset = queue[0][0] if queue else next_offset
+        # A replay that commits before it catches up must keep the earlier reach, or
+        # a second crash would mistake already-emitted rows for new late ones.
+        reached = max(self._reached[partition], next_offset)
+        return CommitPoint(offset, CommitMetadata(frontier, reached, max_event_ms))
+
+    def mark_all_done(self) -> None:
+        """Every message consumed so far is in emitted output (an early emission)."""
+        for queue in self._pending.values():
+            queue.clear()
+
+    def next_offset(self, partition: PartitionKey) -> int | None:
+        return self._next.get(partition)
+
+    def partitions(self) -> list[PartitionKey]:
+        return list(self._next)

@@ -1,0 +1,58 @@
+"""The names and records the core's modules share: defined once, here.
+
+A partition is ``(topic, partition)``; times are integer epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+PartitionKey = tuple[str, int]
+
+# The result frame's own columns, and the state's row counter.
+WINDOW_START = "window_start"
+WINDOW_END = "window_end"
+ROW_COUNT = "row_count"
+ROWS = "__rows"
+
+# The window end recorded for a message that fed no window (empty, rejected): done at once.
+NO_WINDOW = -(2**63)
+
+
+@dataclass(frozen=True)
+class MessageRef:
+    """Where a slice of the frame came from: ``rows`` consecutive rows of one message,
+    whose event times (event-time windows) lie in ``[min_event_ms, max_event_ms]``."""
+
+    partition: PartitionKey
+    offset: int
+    rows: int
+    min_event_ms: int | None = None
+    max_event_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class ClosedWindow:
+    """One window's result: ``frame`` has window_start, window_end, keys, aggregates,
+    row_count. ``final`` is False for an early revision (the memory budget was reached):
+    each revision covers the rows since the previous one."""
+
+    start_ms: int
+    end_ms: int
+    frame: pl.DataFrame
+    input_rows: int
+    final: bool = True
+    revision: int = 0
+
+
+@dataclass(frozen=True)
+class OutputRecord:
+    """One record to produce: a window's piece, a late-rows message or a dead letter."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, str | bytes | None]]

@@ -1,0 +1,81 @@
+"""Event-time progress: per-partition watermarks and the daemon's watermark over them.
+
+A partition's watermark is the largest event time it has delivered minus the allowed
+lateness. The daemon's watermark is the minimum over its assigned partitions, so a slow
+partition holds windows open rather than turning its rows late. A partition that has
+delivered nothing for ``idle_timeout_ms`` (since its last message, or since it was
+assigned) stops holding the watermark back: a window must never wait for data that is
+not coming.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from consumer.core.types import PartitionKey
+
+
+@dataclass
+class _PartitionProgress:
+    max_event_ms: int | None
+    last_active_ms: int
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """``value_ms`` is None while some live partition has not delivered data yet."""
+
+    value_ms: int | None
+    all_idle: bool
+
+
+class WatermarkTracker:
+    def __init__(self, *, allowed_lateness_ms: int, idle_timeout_ms: int) -> None:
+        self._lateness_ms = allowed_lateness_ms
+        self._idle_timeout_ms = idle_timeout_ms
+        self._partitions: dict[PartitionKey, _PartitionProgress] = {}
+
+    def assign(self, partition: PartitionKey, now_ms: int, max_event_ms: int | None) -> None:
+        """Start tracking ``partition``; ``max_event_ms`` restores progress after a restart."""
+        self._partitions[partition] = _PartitionProgress(max_event_ms, now_ms)
+
+    def revoke(self, partition: PartitionKey) -> None:
+        self._partitions.pop(partition, None)
+
+    def observe(self, partition: PartitionKey, max_event_ms: int | None, now_ms: int) -> None:
+        """Record a message from ``partition`` whose largest event time is ``max_event_ms``."""
+        progress = self._partitions.setdefault(partition, _PartitionProgress(None, now_ms))
+        progress.last_active_ms = now_ms
+        if max_event_ms is not None and (
+            progress.max_event_ms is None or max_event_ms > progress.max_event_ms
+        ):
+            progress.max_event_ms = max_event_ms
+
+    def max_event_ms(self, partition: PartitionKey) -> int | None:
+        progress = self._partitions.get(partition)
+        return None if progress is None else progress.max_event_ms
+
+    def ahead(self, now_ms: int) -> list[PartitionKey]:
+        """Live partitions past the slowest one: they do not hold the watermark back."""
+        live = {key: p.max_event_ms for key, p in self._partitions.items()
+                if now_ms - p.last_active_ms < self._idle_timeout_ms}
+        if len(live) < 2:
+            return []
+        known = [ms for ms in live.values() if ms is not None]
+        if not known:
+            return []
+        slowest = min(known) if len(known) == len(live) else None
+        return sorted(key for key, ms in live.items()
+                      if ms is not None and (slowest is None or ms > slowest))
+
+    def current(self, now_ms: int) -> Watermark:
+        live = [
+            p for p in self._partitions.values()
+            if now_ms - p.last_active_ms < self._idle_timeout_ms
+        ]
+        if not live:
+            return Watermark(value_ms=None, all_idle=True)
+        if any(p.max_event_ms is None for p in live):
+            return Watermark(value_ms=None, all_idle=False)
+        lowest = min(p.max_event_ms for p in live if p.max_event_ms is not None)
+        return Watermark(value_ms=lowest - self._lateness_ms, all_idle=False)

@@ -1,0 +1,151 @@
+"""Where results go, and how they are committed with the input offsets they depend on.
+
+``TransactionalSink`` (exactly-once): every flush is one Kafka transaction holding the
+output records (windows, late rows, dead letters) and the input offsets, so a reader with
+``isolation.level=read_committed`` sees a window exactly when its input is committed.
+
+``AtLeastOnceSink``: records are produced and flushed, then the offsets are committed;
+a crash between the two repeats the records, never loses them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from consumer.core.types import OutputRecord
+
+log = logging.getLogger(__name__)
+
+
+class AbortRequiredError(Exception):
+    """The transaction was aborted: rewind to the committed offsets and rebuild state."""
+
+
+class FatalKafkaError(Exception):
+    """The producer cannot go on (fenced by a newer instance, or a fatal client error)."""
+
+
+class OutputSink(Protocol):
+    def flush(self, records: Sequence[OutputRecord], offsets: Sequence[TopicPartition],
+              consumer: Consumer) -> None: ...
+    def close(self) -> None: ...
+
+
+class _DeliveryTracker:
+    def __init__(self) -> None:
+        self.errors: list[KafkaError] = []
+
+    def __call__(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            self.errors.append(err)
+
+
+def _produce_all(producer: Producer, records: Sequence[OutputRecord],
+                 tracker: _DeliveryTracker) -> None:
+    for record in records:
+        while True:
+            try:
+                producer.produce(record.topic, record.value, record.key,
+                                 headers=list(record.headers), on_delivery=tracker)
+                break
+            except BufferError:
+                producer.poll(0.1)  # the local queue is full: let deliveries drain
+        producer.poll(0)
+
+
+class TransactionalSink:
+    def __init__(self, config: dict[str, Any], *, init_timeout_s: float = 30.0) -> None:
+        self._config = config
+        self._init_timeout_s = init_timeout_s
+        self._producer = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        producer = Producer(self._config)
+        _call(lambda: producer.init_transactions(self._init_timeout_s))
+        return producer
+
+    def flush(self, records: Sequence[OutputRecord], offsets: Sequence[TopicPartition],
+              consumer: Consumer) -> None:
+        tracker = _DeliveryTracker()
+        try:
+            self._producer.begin_transaction()
+            _produce_all(self._producer, records, tracker)
+            if offsets:
+                _call(lambda: self._producer.send_offsets_to_transaction(
+                    list(offsets), consumer.consumer_group_metadata(), 30))
+            _call(lambda: self._producer.commit_transaction(60))
+        except KafkaException as exc:
+            self._handle(exc)
+        if tracker.errors:  # commit_transaction fails first on delivery errors; be sure
+            raise AbortRequiredError(f"output delivery failed: {tracker.errors[0]}")
+
+    def _handle(self, exc: KafkaException) -> None:
+        error: KafkaError = exc.args[0]
+        if error.txn_requires_abort():
+            log.warning("transaction aborted: %s", error.str())
+            self._abort()
+            raise AbortRequiredError(error.str()) from exc
+        if error.code() == KafkaError._TIMED_OUT:
+            # A timed-out commit leaves the outcome unknown; a new producer (same id)
+            # fences the old session and aborts whatever it left open.
+            log.warning("transaction commit timed out; re-creating the producer")
+            self._producer = self._new_producer()
+            raise AbortRequiredError(error.str()) from exc
+        raise FatalKafkaError(error.str()) from exc
+
+    def _abort(self) -> None:
+        try:
+            self._producer.abort_transaction(30)
+        except KafkaException as exc:
+            raise FatalKafkaError(f"abort failed: {exc.args[0].str()}") from exc
+
+    def close(self) -> None:
+        _close(self._producer)
+
+
+class AtLeastOnceSink:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._producer = Producer(config)
+
+    def flush(self, records: Sequence[OutputRecord], offsets: Sequence[TopicPartition],
+              consumer: Consumer) -> None:
+        tracker = _DeliveryTracker()
+        _produce_all(self._producer, records, tracker)
+        remaining = self._producer.flush(60)
+        if remaining or tracker.errors:
+            detail = tracker.errors[0].str() if tracker.errors else f"{remaining} undelivered"
+            raise AbortRequiredError(f"output delivery failed: {detail}")
+        if offsets:
+            try:
+                consumer.commit(offsets=list(offsets), asynchronous=False)
+            except KafkaException as exc:
+                raise AbortRequiredError(f"offset commit failed: {exc.args[0].str()}") from exc
+
+    def close(self) -> None:
+        _close(self._producer)
+
+
+def _close(producer: Producer) -> None:
+    """Deliver what is queued; a producer already failed (fenced, say) has nothing left
+    to deliver, and the error that stopped the daemon is the one to report."""
+    try:
+        producer.flush(10)
+    except KafkaException as exc:
+        log.info("producer closed in a failed state: %s", exc.args[0].str())
+
+
+def _call(operation: Any, attempts: int = 5) -> None:
+    """Run a client call, retrying while the client says the error is retriable."""
+    for attempt in range(attempts):
+        try:
+            operation()
+        except KafkaException as exc:
+            if exc.args[0].retriable() and attempt < attempts - 1:
+                log.info("retrying after a retriable error: %s", exc.args[0].str())
+                continue
+            raise
+        return

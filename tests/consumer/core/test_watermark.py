@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from consumer.core.watermark import Watermark, WatermarkTracker
+
+P0 = ("events", 0)
+P1 = ("events", 1)
+P2 = ("events", 2)
+
+
+def tracker(lateness_ms: int = 0, idle_timeout_ms: int = 10_000) -> WatermarkTracker:
+    return WatermarkTracker(allowed_lateness_ms=lateness_ms, idle_timeout_ms=idle_timeout_ms)
+
+
+def test_no_partitions_is_all_idle() -> None:
+    assert tracker().current(0) == Watermark(value_ms=None, all_idle=True)
+
+
+def test_single_partition_is_its_largest_event_time() -> None:
+    marks = tracker()
+    marks.assign(P0, now_ms=0, max_event_ms=None)
+    marks.observe(P0, 5_000, now_ms=1)
+    marks.observe(P0, 3_000, now_ms=2)  # out of order: the maximum stays
+    assert marks.current(3) == Watermark(value_ms=5_000, all_idle=False)
+    assert marks.max_event_ms(P0) == 5_000
+
+
+def test_minimum_over_partitions() -> None:
+    marks = tracker()
+    for partition in (P0, P1, P2):
+        marks.assign(partition, now_ms=0, max_event_ms=None)
+    marks.observe(P0, 9_000, now_ms=1)
+    marks.observe(P1, 4_000, now_ms=1)
+    marks.observe(P2, 7_000, now_ms=1)
+    assert marks.current(2) == Watermark(value_ms=4_000, all_idle=False)
+    marks.observe(P1, 8_000, now_ms=3)
+    assert marks.current(4).value_ms == 7_000
+
+
+def test_lateness_is_subtracted() -> None:
+    marks = tracker(lateness_ms=1_500)
+    marks.assign(P0, now_ms=0, max_event_ms=None)
+    marks.assign(P1, now_ms=0, max_event_ms=None)
+    marks.observe(P0, 10_000, now_ms=1)
+    marks.observe(P1, 6_000, now_ms=1)
+    assert marks.current(2) == Watermark(value_ms=4_500, all_idle=False)
+
+
+def test_observe_without_event_time_keeps_the_maximum() -> None:
+    marks = tracker()
+    marks.assign(P0, now_ms=0, max_event_ms=None)
+    marks.observe(P0, 2_000, now_ms=1)
+    marks.observe(P0, None, now_ms=2)  # an empty or rejected message
+    assert marks.max_event_ms(P0) == 2_000
+    assert marks.current(3).value_ms == 2_000
+
+
+def test_partition_without_data_holds_the_watermark_until_idle() -> None:
+    marks = tracker(idle_timeout_ms=1_000)
+    marks.assign(P0, now_ms=100, max_event_ms=None)
+    marks.assign(P1, now_ms=100, max_event_ms=None)
+    marks.observe(P0, 5_000, now_ms=200)
+    assert marks.current(200) == Watermark(value_ms=None, all_idle=False)
+    # Idle is measured from the assignment: held through 1099, released at 1100.
+    assert marks.current(1_099) == Watermark(value_ms=None, all_idle=False)
+    marks.observe(P0, 6_000, now_ms=1_050)
+    assert marks.current(1_100) == Watermark(value_ms=6_000, all_idle=False)
+
+
+def test_idle_partition_stops_holding_the_watermark_back() -> None:
+    marks = tracker(idle_timeout_ms=1_000)
+    marks.assign(P0, now_ms=0, max_event_ms=None)
+    marks.assign(P1, now_ms=0, max_event_ms=None)
+    marks.observe(P0, 1_000, now_ms=0)  # the slow partition
+    marks.observe(P1, 9_000, now_ms=0)
+    assert marks.current(500).value_ms == 1_000
+    marks.observe(P1, 9_500, now_ms=800)
+    assert marks.current(999).value_ms == 1_000
+    assert marks.current(1_000) == Watermark(value_ms=9_500, all_idle=False)
+    # When the slow partition speaks again it holds the watermark once more.
+    marks.observe(P0, 2_000, now_ms=1_200)
+    assert marks.current(1_300).value_ms == 2_000
+
+
+def test_all_partitions_idle() -> None:
+    marks = tracker(idle_timeout_ms=1_000)
+    marks.assign(P0, now_ms=0, max_event_ms=None)
+    marks.assign(P1, now_ms=0, max_event_ms=None)
+    marks.observe(P0, 1_000, now_ms=100)
+    marks.observe(P1, 2_000, now_ms=400)
+    assert marks.current(1_399).all_idle is False
+    assert marks.current(1_400) == Watermark(value_ms=None, all_idle=True)
+
+
+def test_assign_restores_progress_after_a_restart() -> None:
+    marks = tracker(lateness_ms=100)
+    marks.assign(P0, now_ms=0, max_event_ms=7_000)
+    assert marks.max_event_ms(P0) == 7_000
+    assert marks.current(1).value_ms == 6_900
+    marks.observe(P0, 6_000, now_ms=2)  # older than the restored maximum
+    assert marks.max_event_ms(P0) == 7_000
+
+
+def test_revoke_forgets_the_partition() -> None:
+    marks = tracker()
+    marks.assign(P0, now_ms=0, max_event_ms=None)
+    marks.assign(P1, now_ms=0, max_event_ms=None)
+    marks.observe(P0, 1_000, now_ms=1)
+    marks.observe(P1, 8_000, now_ms=1)
+    marks.revoke(P0)
+    assert marks.max_event_ms(P0) is None
+    assert marks.current(2).value_ms == 8_000
+    marks.revoke(P1)
+    assert marks.current(2) == Watermark(value_ms=None, all_idle=True)
+    marks.revoke(P1)  # revoking twice is harmless
+    assert marks.current(3).all_idle is True
+
+
+def test_revoked_partition_without_data_stops_holding() -> None:
+    marks = tracker()
+    marks.assign(P0, now_ms=0, max_event_ms=None)
+    marks.assign(P1, now_ms=0, max_event_ms=None)
+    marks.observe(P0, 3_000, now_ms=1)
+    assert marks.current(2).value_ms is None
+    marks.revoke(P1)
+    assert marks.current(2).value_ms == 3_000
+
+
+def test_unknown_partition_is_tracked_on_first_message() -> None:
+    marks = tracker()
+    marks.observe(P2, 4_000, now_ms=10)
+    assert marks.max_event_ms(P2) == 4_000
+    assert marks.current(11) == Watermark(value_ms=4_000, all_idle=False)
+
+
+@given(
+    events=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(-(10**12), 10**12)), min_size=1, max_size=50
+    ),
+    lateness=st.integers(0, 10**6),
+)
+def test_watermark_is_min_of_maxima_minus_lateness(
+    events: list[tuple[int, int]], lateness: int
+) -> None:
+    marks = tracker(lateness_ms=lateness)
+    maxima: dict[int, int] = {}
+    for partition, event_ms in events:
+        marks.observe(("t", partition), event_ms, now_ms=0)
+        maxima[partition] = max(maxima.get(partition, event_ms), event_ms)
+    assert marks.current(0) == Watermark(min(maxima.values()) - lateness, all_idle=False)
+
+
+def test_partitions_ahead_of_the_slowest_live_one() -> None:
+    tracker = WatermarkTracker(allowed_lateness_ms=0, idle_timeout_ms=1_000)
+    tracker.observe(P0, 5_000, now_ms=0)
+    tracker.observe(P1, 2_000, now_ms=0)
+    tracker.observe(P2, 5_000, now_ms=900)
+    assert tracker.ahead(now_ms=900) == [P0, P2]
+    assert tracker.ahead(now_ms=1_000) == []  # only P2 is live: nothing to be ahead of
+
+
+def test_every_partition_with_data_is_ahead_of_one_without() -> None:
+    tracker = WatermarkTracker(allowed_lateness_ms=0, idle_timeout_ms=1_000)
+    tracker.assign(P0, 0, None)
+    tracker.observe(P1, 2_000, now_ms=0)
+    assert tracker.ahead(now_ms=0) == [P1]

@@ -80,9 +80,14 @@ class OffsetTracker:
         self._reached.pop(partition, None)
 
     def record(self, partition: PartitionKey, offset: int, last_window_end: int) -> None:
-        """``last_window_end`` is the end of the last window the message's rows went to."""
+        """``last_window_end`` is the end of the last window the message's rows went to.
+
+        Within one poll a rejected message is recorded when it is rejected, before the
+        valid messages ahead of it, which are recorded when their rows are added: the
+        next offset is the furthest recorded, never the last one.
+        """
         self._pending.setdefault(partition, deque()).append((offset, last_window_end))
-        self._next[partition] = offset + 1
+        self._next[partition] = max(offset + 1, self._next.get(partition) or 0)
         self._reached[partition] = max(self._reached.get(partition, 0), offset + 1)
 
     def commit_point(self, partition: PartitionKey, frontier: int | None,

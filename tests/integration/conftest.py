@@ -89,13 +89,17 @@ def publish_tables(bootstrap: str, topic: str, tables: list[tuple[int, pa.Table]
     assert errors == []
 
 
-def wait_for(condition: Callable[[], bool], *, timeout_s: float, what: str) -> None:
+def wait_for(condition: Callable[[], bool], *, timeout_s: float, what: str,
+             seen: Callable[[], str] | None = None) -> None:
+    """Poll ``condition`` until it holds; fail saying ``what`` (and what ``seen`` reports
+    of the state at that moment) when ``timeout_s`` passes first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
             return
         time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+    state = f"; {seen()}" if seen is not None else ""
+    pytest.fail(f"timed out after {timeout_s}s waiting for {what}{state}")
 
 
 def wait_all_committed(daemon: RunningDaemon, settings: Settings, *, rows: int,

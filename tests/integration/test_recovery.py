@@ -149,7 +149,10 @@ def run_with_faults(bootstrap: str, config: Path, log: Path, data: list[tuple[in
         source, group = config_source(config), config_group(config)
         wait_for(lambda: committed_offsets(bootstrap, group, source)
                  == end_offsets(bootstrap, source), timeout_s=60,
-                 what="the daemon to commit the whole input")
+                 what="the daemon to commit the whole input",
+                 seen=lambda: f"committed {committed_offsets(bootstrap, group, source)}, "
+                              f"end {end_offsets(bootstrap, source)}; daemon log:\n"
+                              f"{log.read_text()[-3000:]}")
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(30) == 0, log.read_text()[-3000:]
     finally:

@@ -56,6 +56,21 @@ def test_no_window_messages_are_done_at_once() -> None:
     assert committed(offsets, P0, None).offset == 2
 
 
+def test_a_rejection_recorded_before_its_polls_earlier_messages_is_committed_past() -> None:
+    # One poll of offsets 10..12 where 12 was rejected: the rejection is recorded when it
+    # is rejected, 10 and 11 when their rows are added. Once all is done, the commit is
+    # past 12, or a restart would replay it (found by the 20-SIGKILL test: a partition
+    # ending in a poison message stayed committed one short of its end).
+    offsets = OffsetTracker()
+    offsets.assign(P0, 10)
+    offsets.record(P0, 12, NO_WINDOW)
+    offsets.record(P0, 10, 1_000)
+    offsets.record(P0, 11, 2_000)
+    assert committed(offsets, P0, 1_000).offset == 11
+    assert committed(offsets, P0, 2_000).offset == 13
+    assert offsets.next_offset(P0) == 13
+
+
 def test_frontier_move_backwards_does_not_undo_a_commit() -> None:
     offsets = OffsetTracker()
     offsets.assign(P0, None)

@@ -17,6 +17,7 @@ venv: $(STAMP)
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 typecheck: venv
 	$(VENV)/bin/mypy

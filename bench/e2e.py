@@ -29,10 +29,10 @@ from confluent_kafka import Consumer
 from bench.broker import create_topic, delete_topics, fill
 from bench.payloads import WINDOW_MS, Encoding, Payloads, build, sentinel
 from bench.sizes import KernelCase
+from consumer.compose import build_processor
 from consumer.config import Settings, settings_from_dict
 from consumer.core.types import ClosedWindow, PartitionKey
 from consumer.kafka.clients import consumer_config, take_batch
-from consumer.kafka.processor import StreamProcessor
 from consumer.service.observer import NullObserver
 
 ROWS_PER_MESSAGE = 12_000  # ~1 MB a message: what the publisher's default limit makes
@@ -118,7 +118,7 @@ class DaemonThread:
     """``StreamProcessor.run`` in a thread, as tests/integration/conftest.py runs it."""
 
     def __init__(self, settings: Settings, watch: Watch) -> None:
-        self.processor = StreamProcessor(settings, observer=watch)
+        self.processor = build_processor(settings, watch)
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="bench-daemon", daemon=True)
 

@@ -1,8 +1,7 @@
 """The aggregation kernel: the same pre-encoded payloads through arrowagg and its peers.
 
-- arrowagg: ``Decoder`` -> ``TimeWindowEngine.add``/``close_due`` -> ``encode_window``,
-  messages grouped ``poll_messages`` at a time into one frame by ``poll_frame``, as
-  ``StreamProcessor`` does (no Kafka);
+- arrowagg: the daemon's own pipeline (``bench.daemon_path``: decode, window,
+  pre-aggregate, close, encode), ``poll_messages`` messages a poll, without Kafka;
 - DataFusion: the batches registered as a table, the seed's SQL GROUP BY;
 - DuckDB: the same SQL over the same Arrow table;
 - naive Polars: ``pl.from_arrow`` each message, ``pl.concat``, one ``group_by``.
@@ -29,18 +28,12 @@ import pyarrow as pa
 from polars.testing import assert_frame_equal
 from pyarrow import ipc
 
+from bench.daemon_path import PipelineDriver, bench_settings
 from bench.payloads import WINDOW_MS, Payloads
-from consumer.core.decode import Decoder, poll_frame
-from consumer.core.engine.time import TimeWindowEngine
 from consumer.core.plan import AggregationPlan, derive_plan
-from consumer.core.types import MessageRef
-from consumer.core.windows import WindowSpec
-from wire.input import DecodeLimits
-from wire.output import encode_window
 
 PEERS = ("arrowagg", "datafusion", "duckdb", "polars_naive")
 _IDLE_MS = 60_000
-_PARTITION = ("bench", 0)
 
 
 def seed_sql(schema: pa.Schema, table: str, window: str) -> str:
@@ -66,42 +59,15 @@ def _quote(name: str) -> str:
 
 
 def run_arrowagg(payloads: Payloads, poll_messages: int) -> pl.DataFrame:
-    decoder = Decoder(_plan, limits=DecodeLimits(), max_message_bytes=64 << 20)
-    engine: TimeWindowEngine | None = None
-    frames: list[pl.DataFrame] = []
+    driver = PipelineDriver(bench_settings({
+        "kind": "tumbling", "time": "event", "timestamp_column": "ts", "size_ms": WINDOW_MS,
+        "allowed_lateness_ms": 0, "idle_timeout_ms": _IDLE_MS}))
     values = payloads.values
+    windows = []
     for first in range(0, len(values), poll_messages):
-        tables, refs = [], []
-        for offset, value in enumerate(values[first:first + poll_messages], start=first):
-            decoded = decoder.decode(value, None)
-            tables.append(decoded.table)
-            refs.append(MessageRef(_PARTITION, offset, decoded.table.num_rows, decoded.min_event_ms,
-                                   decoded.max_event_ms))
-        if engine is None:
-            engine = _engine(decoder)
-        engine.add(poll_frame(tables), refs, 0)
-        frames += _emit(engine, 0)
-    assert engine is not None  # noqa: S101 - there is at least one message
-    frames += _emit(engine, _IDLE_MS + 1)  # every partition idle: the last windows close
-    return pl.concat(frames)
-
-
-def _engine(decoder: Decoder) -> TimeWindowEngine:
-    assert decoder.plan is not None  # noqa: S101 - fixed by the first message
-    engine = TimeWindowEngine(
-        decoder.plan, WindowSpec.tumbling(WINDOW_MS), event_time=True,
-        time_dtype=decoder.time_dtype(), allowed_lateness_ms=0, idle_timeout_ms=_IDLE_MS,
-        merge_every=8)
-    engine.assign(_PARTITION, None, None, 0)
-    return engine
-
-
-def _emit(engine: TimeWindowEngine, now_ms: int) -> list[pl.DataFrame]:
-    frames = []
-    for window in engine.close_due(now_ms):
-        encode_window(window, fmt="arrow", compression="zstd", max_bytes=1_000_000)
-        frames.append(window.frame)
-    return frames
+        windows += driver.poll(values[first:first + poll_messages], 0)
+    windows += driver.flush(_IDLE_MS + 1)  # every partition idle: the last windows close
+    return pl.concat([w.frame for w in windows])
 
 
 def _batches(payloads: Payloads) -> list[pa.RecordBatch]:

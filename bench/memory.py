@@ -4,8 +4,8 @@
 pre-encoded payloads, replayed. Replayed event times would be late, so the windows are
 processing-time windows on a synthetic clock (one tick per poll of ``poll_messages``
 messages, ``POLLS_PER_WINDOW`` ticks a window), with the keys configured as (site,
-sensor); decode, the engine's partial/merge/close and the output encoding are the
-daemon's. The worker samples VmRSS after every poll and reports VmHWM at the end.
+sensor), through the daemon's own pipeline (``bench.daemon_path``). The worker samples
+VmRSS after every poll and reports VmHWM at the end.
 
     python -m bench.memory '{"bytes": 1e9, "groups": 10000, "poll_messages": 16}'
 """
@@ -19,53 +19,34 @@ import subprocess
 import sys
 from typing import Any
 
+from bench.daemon_path import PipelineDriver, bench_settings
 from bench.machine import rss_kb
 from bench.payloads import build
 from bench.sizes import KernelCase
-from consumer.core.decode import Decoder, poll_frame
-from consumer.core.engine.time import TimeWindowEngine
-from consumer.core.plan import derive_plan
-from consumer.core.types import MessageRef
-from consumer.core.windows import WindowSpec
-from wire.input import DecodeLimits
-from wire.output import encode_window
 
 ROWS_PER_MESSAGE = 50_000
 POLLS_PER_WINDOW = 10
-_PARTITION = ("memory", 0)
 
 
 def stream(total_bytes: float, groups: int, poll_messages: int) -> dict[str, Any]:
     pool_size = max(poll_messages, math.ceil(groups / ROWS_PER_MESSAGE))
     pool = build(KernelCase("pool", pool_size, ROWS_PER_MESSAGE, groups, pool_size), "plain")
-    decoder = Decoder(lambda s: derive_plan(s, keys=["site", "sensor"]), limits=DecodeLimits(),
-                      max_message_bytes=64 << 20)
-    engine: TimeWindowEngine | None = None
+    driver = PipelineDriver(bench_settings(
+        {"kind": "tumbling", "time": "processing", "size_ms": POLLS_PER_WINDOW,
+         "idle_timeout_ms": 1 << 40},
+        aggregation={"keys": ["site", "sensor"]}))
     baseline_kb, _ = rss_kb()
     samples: list[tuple[int, int]] = []
     streamed = rows = offset = 0
     tick = 0
     while streamed < total_bytes:
-        tables, refs = [], []
-        for _ in range(poll_messages):
-            value = pool.values[offset % pool_size]
-            decoded = decoder.decode(value, None)
-            tables.append(decoded.table)
-            refs.append(MessageRef(_PARTITION, offset, decoded.table.num_rows))
-            streamed += len(value)
-            rows += decoded.table.num_rows
-            offset += 1
-        if engine is None:
-            assert decoder.plan is not None  # noqa: S101
-            engine = TimeWindowEngine(decoder.plan, WindowSpec.tumbling(POLLS_PER_WINDOW),
-                                      event_time=False, time_dtype=None, allowed_lateness_ms=0,
-                                      idle_timeout_ms=1 << 40, merge_every=8)
-            engine.assign(_PARTITION, None, None, 0)
-        engine.add(poll_frame(tables), refs, tick)
-        for window in engine.close_due(tick):
-            encode_window(window, fmt="arrow", compression="zstd", max_bytes=1_000_000)
+        values = [pool.values[(offset + i) % pool_size] for i in range(poll_messages)]
+        offset += poll_messages
+        driver.poll(values, tick)
+        streamed += sum(len(v) for v in values)
         tick += 1
         samples.append((streamed, rss_kb()[0]))
+    rows = driver.pipeline.counters.rows
     _, peak_kb = rss_kb()
     late = [kb for at, kb in samples if at >= streamed / 2]
     return {"bytes": streamed, "rows": rows, "groups": groups,

@@ -12,20 +12,16 @@ from types import FrameType
 
 import pyarrow as pa
 
-from consumer.config import ConfigError, Settings, load_settings
-from consumer.core.dlq import DlqLimitExceededError
-from consumer.core.plan import PlanError, derive_plan
+from consumer.config import Settings, load_settings
+from consumer.core.plan import derive_plan
 from consumer.kafka.clients import KafkaSetupError, check_topics
-from consumer.kafka.sink import FatalKafkaError
 from consumer.kafka.tail import peek_first_value, print_window, read_output
 from consumer.service.logs import configure_logging
-from wire.files import UnreadableFileError, read_table
-from wire.input import DecodeLimits, WireFormatError, decode_ipc_stream
+from wire.errors import EXIT_OK, ArrowaggError
+from wire.files import read_table
+from wire.input import DecodeLimits, decode_ipc_stream
 
 log = logging.getLogger("consumer")
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -59,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit per error kind
+def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "tail":
@@ -69,37 +65,19 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit per 
         if args.command == "explain":
             return _explain(settings, args.sample)
         return _run(settings, args.config)
-    except ConfigError as err:
+    except ArrowaggError as err:
         for line in str(err).splitlines():
-            print(f"consumer: bad configuration: {line}", file=sys.stderr)
-        return EXIT_USAGE
-    except (PlanError, UnreadableFileError, WireFormatError) as err:
-        print(f"consumer: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except KafkaSetupError as err:
-        print(f"consumer: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except FatalKafkaError as err:
-        print(f"consumer: stopping on a fatal Kafka error: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except DlqLimitExceededError as err:
-        print(f"consumer: stopping: {err}", file=sys.stderr)
-        return EXIT_FAILED
+            print(f"consumer: {err.headline}{line}", file=sys.stderr)
+        return err.exit_code
 
 
 def _run(settings: Settings, config_path: Path | None = None) -> int:
-    from consumer.kafka.processor import StreamProcessor  # noqa: PLC0415
+    from consumer.compose import build_processor  # noqa: PLC0415 - keeps --help fast
     from consumer.service.fanout import start_service  # noqa: PLC0415
-    from consumer.service.health import ServiceSetupError  # noqa: PLC0415 - keeps --help fast
     from consumer.service.reload import ConfigReloader  # noqa: PLC0415
 
-    try:
-        service = start_service(
-            settings.service, os.environ,
-            read_committed=settings.processing.guarantee == "exactly_once")
-    except ServiceSetupError as err:
-        print(f"consumer: {err}", file=sys.stderr)
-        return EXIT_FAILED
+    service = start_service(settings.service, os.environ,
+                            read_committed=settings.processing.guarantee == "exactly_once")
     previous = {signum: signal.getsignal(signum)
                 for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
     # SIGHUP's default is to terminate: catch it before anything slow happens. The
@@ -111,7 +89,7 @@ def _run(settings: Settings, config_path: Path | None = None) -> int:
         output = settings.output
         check_topics(settings.kafka, [*settings.input.topics, output.topic,
                                       *(t for t in (output.late_topic, output.dlq_topic) if t)])
-        processor = StreamProcessor(settings, observer=service)
+        processor = build_processor(settings, service)
 
         def stop(signum: int, _frame: FrameType | None) -> None:
             log.info("received %s: finishing the batch in flight, then stopping",

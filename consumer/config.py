@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 import yaml
 from pydantic import (
@@ -28,12 +28,15 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from consumer.core.plan import AggFunc
+from wire.errors import UsageError
 
 LibrdkafkaValue = str | int | float | bool
 
 
-class ConfigError(Exception):
+class ConfigError(UsageError):
     """A configuration a user must mend; ``str()`` is one line per problem."""
+
+    headline: ClassVar[str] = "bad configuration: "
 
 
 class _Section(BaseModel):

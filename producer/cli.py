@@ -23,16 +23,12 @@ from tqdm import tqdm
 
 from producer.generate import SENSOR_SCHEMA, sensor_batch
 from producer.publisher import BrokerUnreachableError, Publisher, PublishError
-from wire.files import InputFile, UnreadableFileError
+from wire.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ArrowaggError, UsageError
+from wire.files import InputFile
 from wire.input import Compression
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 CHECK_TIMEOUT_S = 10.0
-
-
-class UsageError(Exception):
-    """A command line or environment the user must mend; ``str()`` is the one line to print."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -134,12 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "publish":
             return _publish(args)
         return _generate(args)
-    except (UsageError, UnreadableFileError) as err:
-        print(f"producer: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except PublishError as err:  # the broker refused or lost messages after we began
-        print(f"producer: {err}", file=sys.stderr)
-        return EXIT_FAILED
+    except ArrowaggError as err:  # usage (2), or the broker refused or lost messages (1)
+        print(f"producer: {err.headline}{err}", file=sys.stderr)
+        return err.exit_code
     except KeyboardInterrupt:
         print("producer: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

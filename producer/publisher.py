@@ -20,6 +20,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin._metadata import ClusterMetadata  # admin re-exports it untyped
 
+from wire.errors import ArrowaggError
 from wire.files import InputFile
 from wire.input import (
     Compression,
@@ -39,7 +40,7 @@ _QUEUE_FULL_POLL_S: Final = 0.1
 _BROKER_PREFIX: Final = re.compile(r"^\S+/\S+: ")
 
 
-class PublishError(Exception):
+class PublishError(ArrowaggError):
     """Publishing failed or could not start; ``str()`` is one line saying what and how to mend."""
 
 

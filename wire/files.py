@@ -16,6 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import ipc
 
+from wire.errors import UsageError
+
 FileKind = Literal["arrow-stream", "arrow-file", "parquet"]
 
 _MAGIC: Final[dict[bytes, FileKind]] = {
@@ -27,7 +29,7 @@ _STREAM_SUFFIXES: Final = frozenset({".arrows", ".stream"})
 _PARQUET_BATCH_ROWS: Final = 65_536
 
 
-class UnreadableFileError(Exception):
+class UnreadableFileError(UsageError):
     """A file that cannot be read as input; ``str()`` is one line naming the file and the mend."""
 
 

@@ -23,6 +23,7 @@ from typing import Final, Literal
 import pyarrow as pa
 from pyarrow import ipc
 
+from wire.errors import InputRejectedError
 from wire.ipc_sizes import declared_batches
 from wire.split import RowTooBigError, split_encoded
 
@@ -42,7 +43,7 @@ _SEQUENCE_RE: Final = re.compile(rb"[0-9]{1,19}")
 _CHUNK_RE: Final = re.compile(rb"([0-9]{1,9})/([0-9]{1,9})")
 
 
-class WireFormatError(Exception):
+class WireFormatError(InputRejectedError):
     """A message that is not valid arrowagg input.
 
     ``reason`` is a short stable code for the dead-letter queue and metrics:
@@ -50,10 +51,6 @@ class WireFormatError(Exception):
     ``trailing-bytes``, ``too-many-rows``, ``too-many-bytes`` or ``bad-header``.
     ``str(err)`` is a one-line explanation for a human.
     """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
 
 
 def schema_fingerprint(schema: pa.Schema) -> str:

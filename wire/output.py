@@ -7,15 +7,15 @@ Written by the daemon's Emit step and read back by ``consumer tail`` and
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 import polars as pl
 import pyarrow as pa
 
-from consumer.core.decode import MessageHeaders
-from consumer.core.types import ClosedWindow
-from wire.input import CONTENT_TYPE, Compression, decode_ipc_stream, encode_for_size
+from wire.errors import ArrowaggError
+from wire.input import CONTENT_TYPE, Compression, Headers, decode_ipc_stream, encode_for_size
 
 CONTENT_TYPE_JSON = "application/x-ndjson"
 HEADER_CONTENT_TYPE = "content-type"
@@ -29,7 +29,7 @@ HEADER_CHUNK = "arrowagg.chunk"
 OutputFormat = Literal["arrow", "json"]
 
 
-class OutputFormatError(Exception):
+class OutputFormatError(ArrowaggError):
     """An output-topic message that is not in arrowagg's output format."""
 
 
@@ -54,28 +54,30 @@ class OutputWindow:
 
 
 def encode_window(
-    window: ClosedWindow, *, fmt: OutputFormat, compression: Compression, max_bytes: int,
-    revision: int = 0, final: bool = True,
+    frame: pl.DataFrame, *, start_ms: int, end_ms: int, input_rows: int, fmt: OutputFormat,
+    compression: Compression, max_bytes: int, revision: int = 0, final: bool = True,
 ) -> list[OutputMessage]:
-    """Encode one closed window into one or more messages of at most ``max_bytes``."""
+    """Encode one window's result ``frame`` (window_start, window_end, keys, aggregates,
+    row_count) into one or more messages of at most ``max_bytes``; ``input_rows`` is the
+    number of input rows it aggregates."""
     if fmt == "arrow":
         # One chunk: a streaming group_by leaves a result in many, and each chunk of a
         # categorical column would carry (and compress) a dictionary of its own.
-        values = encode_for_size(window.frame.rechunk().to_arrow(), max_bytes=max_bytes,
+        values = encode_for_size(frame.rechunk().to_arrow(), max_bytes=max_bytes,
                                  compression=compression)
         content_type = CONTENT_TYPE
     else:
-        values = _ndjson_chunks(window.frame, max_bytes)
+        values = _ndjson_chunks(frame, max_bytes)
         content_type = CONTENT_TYPE_JSON
     base = [
         (HEADER_CONTENT_TYPE, content_type.encode()),
-        (HEADER_WINDOW_START, str(window.start_ms).encode()),
-        (HEADER_WINDOW_END, str(window.end_ms).encode()),
+        (HEADER_WINDOW_START, str(start_ms).encode()),
+        (HEADER_WINDOW_END, str(end_ms).encode()),
         (HEADER_FINAL, b"true" if final else b"false"),
         (HEADER_REVISION, str(revision).encode()),
-        (HEADER_WINDOW_ROWS, str(window.input_rows).encode()),
+        (HEADER_WINDOW_ROWS, str(input_rows).encode()),
     ]
-    key = str(window.start_ms).encode()
+    key = str(start_ms).encode()
     return [
         OutputMessage(key, value, [*base, (HEADER_CHUNK, f"{i}/{len(values)}".encode())])
         for i, value in enumerate(values, start=1)
@@ -108,9 +110,9 @@ def _json_ready(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(stamps) if stamps else frame
 
 
-def decode_output(value: bytes | None, headers: MessageHeaders) -> OutputWindow:
+def decode_output(value: bytes | None, headers: Headers) -> OutputWindow:
     """Decode one output message (Arrow or JSON lines) into an ``OutputWindow``."""
-    pairs = headers.items() if isinstance(headers, dict) else headers or []
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or []
     found = {name: raw.decode(errors="replace") if isinstance(raw, bytes) else raw or ""
              for name, raw in pairs}
     try:

@@ -17,6 +17,8 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from wire.errors import ArrowaggError
+
 Encode = Callable[[pa.Table], bytes]
 
 # A table whose in-memory size is this many times the limit is split without first being
@@ -44,7 +46,7 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-class RowTooBigError(Exception):
+class RowTooBigError(ArrowaggError):
     """One row alone encodes larger than the limit."""
 
     def __init__(self, row: int, encoded_bytes: int) -> None:

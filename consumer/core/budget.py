@@ -36,6 +36,10 @@ class GroupBudget:
         self._policy = policy
         self.paused: set[PartitionKey] = set()
 
+    @property
+    def max_groups(self) -> int:
+        return self._max_groups
+
     def check(self, groups: int, ahead: Iterable[PartitionKey]) -> BudgetDecision:
         """``groups`` held now; ``ahead``: partitions ahead of the watermark."""
         if groups >= self._max_groups:

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from polars.exceptions import PanicException
 
 from consumer.core.plan import AggregationPlan, PlanError
+from wire.errors import InputRejectedError
 from wire.input import DecodeLimits, WireFormatError, decode_ipc_stream, parse_headers
 
 log = logging.getLogger(__name__)
@@ -26,13 +27,8 @@ PlanFactory = Callable[[pa.Schema], AggregationPlan]
 MessageHeaders = Sequence[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
 
 
-class RejectedMessageError(Exception):
+class RejectedMessageError(InputRejectedError):
     """The message cannot be aggregated; ``reason`` is a short code for the DLQ."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from typing import Literal, get_args
 
 import pyarrow as pa
 
+from wire.errors import UsageError
+
 AggFunc = Literal["sum", "min", "max", "count", "mean", "first", "last"]
 AGG_FUNCS: tuple[AggFunc, ...] = get_args(AggFunc)
 
@@ -26,7 +28,7 @@ _SUFFIX_RULES: tuple[tuple[str, AggFunc], ...] = (
 )
 
 
-class PlanError(ValueError):
+class PlanError(UsageError):
     """A schema or configuration the plan cannot honour; ``str()`` is one line."""
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import polars as pl
 
 PartitionKey = tuple[str, int]
+# Kafka headers as confluent-kafka's Message.headers() gives them.
+HeaderPairs = Sequence[tuple[str, str | bytes | None]]
 
 # The result frame's own columns, and the state's row counter.
 WINDOW_START = "window_start"
@@ -55,4 +57,16 @@ class OutputRecord:
     topic: str
     key: bytes | None
     value: bytes | None
-    headers: Sequence[tuple[str, str | bytes | None]]
+    headers: HeaderPairs
+
+
+@dataclass(frozen=True)
+class InputMessage:
+    """One consumed input message, as plain fields: what the pipeline needs of it."""
+
+    partition: PartitionKey
+    offset: int
+    value: bytes | None
+    key: bytes | None = None
+    headers: HeaderPairs | None = None
+    timestamp_ms: int | None = None

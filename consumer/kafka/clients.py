@@ -10,18 +10,47 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from consumer.config import KafkaSettings, ProcessingSettings, SecuritySettings
+from wire.errors import ArrowaggError
 
 log = logging.getLogger(__name__)
 
 
-class KafkaSetupError(Exception):
+class KafkaSetupError(ArrowaggError):
     """The broker is unreachable or a topic is missing; one line for the user."""
+
+
+RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
+
+
+class InputConsumer(Protocol):
+    """The part of confluent_kafka's Consumer the run loop and the sinks use; an
+    in-memory fake (tests/consumer/kafka/fake_broker.py) implements it too."""
+
+    def subscribe(self, topics: list[str], on_assign: RebalanceCallback | None = None,
+                  on_revoke: RebalanceCallback | None = None,
+                  on_lost: RebalanceCallback | None = None) -> None: ...
+    def poll(self, timeout: float = -1) -> Message | None: ...
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]: ...
+    def assignment(self) -> list[TopicPartition]: ...
+    def committed(self, partitions: list[TopicPartition],
+                  timeout: float = -1) -> list[TopicPartition]: ...
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]: ...
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float = -1,
+                              cached: bool = False) -> tuple[int, int]: ...  # noqa: FBT001, FBT002
+    def seek(self, partition: TopicPartition) -> None: ...
+    def pause(self, partitions: list[TopicPartition]) -> None: ...
+    def resume(self, partitions: list[TopicPartition]) -> None: ...
+    def commit(self, *, offsets: list[TopicPartition],
+               asynchronous: Literal[False]) -> list[TopicPartition]: ...
+    def consumer_group_metadata(self) -> Any: ...
+    def close(self) -> None: ...
 
 
 def _common(kafka: KafkaSettings) -> dict[str, Any]:
@@ -79,7 +108,7 @@ def consumer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dic
     }
 
 
-def take_batch(consumer: Consumer, max_messages: int, timeout_s: float) -> list[Message]:
+def take_batch(consumer: InputConsumer, max_messages: int, timeout_s: float) -> list[Message]:
     """What the client has fetched, up to ``max_messages``, without waiting; when nothing
     is there, the first message to arrive within ``timeout_s`` and what came with it.
 

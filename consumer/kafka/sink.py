@@ -12,26 +12,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from consumer.core.types import OutputRecord
+from consumer.kafka.clients import InputConsumer
+from wire.errors import ArrowaggError
 
 log = logging.getLogger(__name__)
 
 
-class AbortRequiredError(Exception):
-    """The transaction was aborted: rewind to the committed offsets and rebuild state."""
+class AbortRequiredError(ArrowaggError):
+    """A control signal, not a failure: the transaction was aborted, so the run loop
+    rewinds to the committed offsets and rebuilds its state."""
 
 
-class FatalKafkaError(Exception):
+class FatalKafkaError(ArrowaggError):
     """The producer cannot go on (fenced by a newer instance, or a fatal client error)."""
+
+    headline: ClassVar[str] = "stopping on a fatal Kafka error: "
 
 
 class OutputSink(Protocol):
     def flush(self, records: Sequence[OutputRecord], offsets: Sequence[TopicPartition],
-              consumer: Consumer) -> None: ...
+              consumer: InputConsumer) -> None: ...
     def close(self) -> None: ...
 
 
@@ -69,7 +74,7 @@ class TransactionalSink:
         return producer
 
     def flush(self, records: Sequence[OutputRecord], offsets: Sequence[TopicPartition],
-              consumer: Consumer) -> None:
+              consumer: InputConsumer) -> None:
         tracker = _DeliveryTracker()
         try:
             self._producer.begin_transaction()
@@ -112,7 +117,7 @@ class AtLeastOnceSink:
         self._producer = Producer(config)
 
     def flush(self, records: Sequence[OutputRecord], offsets: Sequence[TopicPartition],
-              consumer: Consumer) -> None:
+              consumer: InputConsumer) -> None:
         tracker = _DeliveryTracker()
         _produce_all(self._producer, records, tracker)
         remaining = self._producer.flush(60)

@@ -20,11 +20,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from consumer.service.observer import NullObserver
+from wire.errors import ArrowaggError
 
 log = logging.getLogger(__name__)
 
 
-class ServiceSetupError(Exception):
+class ServiceSetupError(ArrowaggError):
     """The HTTP port cannot be opened; one line for the user."""
 
 

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from consumer.compose import build_processor
 from consumer.config import Settings, settings_from_dict
 from consumer.kafka.processor import Progress, StreamProcessor
 from consumer.service.observer import ProcessorObserver
@@ -51,7 +52,7 @@ class RunningDaemon:
 def running_daemon(settings: Settings,
                    observer: ProcessorObserver | None = None) -> Iterator[RunningDaemon]:
     """Run StreamProcessor in a thread; stop it and re-raise its error on exit."""
-    processor = StreamProcessor(settings, observer=observer)
+    processor = build_processor(settings, observer)
     daemon = RunningDaemon(processor, threading.Thread())
 
     def target() -> None:

@@ -14,9 +14,9 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from polars.testing import assert_frame_equal
 
+from consumer.compose import build_processor
 from consumer.core.types import OutputRecord
-from consumer.kafka.clients import producer_config
-from consumer.kafka.processor import StreamProcessor
+from consumer.kafka.clients import InputConsumer, producer_config
 from consumer.kafka.sink import TransactionalSink
 from tests.conftest import TopicFactory
 from tests.integration.conftest import (
@@ -44,7 +44,7 @@ class DiesBeforeCommit(TransactionalSink):
         self.died = threading.Event()
 
     def flush(self, records: Sequence[OutputRecord], offsets: Sequence[TopicPartition],
-              consumer: Consumer) -> None:
+              consumer: InputConsumer) -> None:
         if self.died.is_set() or not any(r.topic == self._output_topic for r in records):
             super().flush(records, offsets, consumer)
             return
@@ -97,7 +97,7 @@ def test_crash_between_produce_and_commit_is_invisible_and_leaves_no_hanging_tra
     publish_tables(bootstrap, source, data)
 
     dying = DiesBeforeCommit(producer_config(settings.kafka, settings.processing), sink)
-    first = StreamProcessor(settings, sink=dying)
+    first = build_processor(settings, sink=dying)
     def run_until_it_dies() -> None:
         with pytest.raises(ProcessDiedError):
             first.run()

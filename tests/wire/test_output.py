@@ -2,15 +2,14 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from consumer.core.decode import MessageHeaders
-from consumer.core.types import ClosedWindow
-from wire.input import CONTENT_TYPE, Compression, decode_ipc_stream
+from wire.input import CONTENT_TYPE, Compression, Headers, decode_ipc_stream
 from wire.output import (
     CONTENT_TYPE_JSON,
     HEADER_CHUNK,
@@ -45,9 +44,24 @@ def result_frame(groups: int, start_ms: int = START_MS, end_ms: int = END_MS) ->
     }).with_columns(pl.col("window_start", "window_end").cast(UTC_MS))
 
 
-def closed_window(groups: int = 5) -> ClosedWindow:
+@dataclass(frozen=True)
+class Window:
+    frame: pl.DataFrame
+    start_ms: int
+    end_ms: int
+    input_rows: int
+
+
+def closed_window(groups: int = 5) -> Window:
     frame = result_frame(groups)
-    return ClosedWindow(START_MS, END_MS, frame, int(frame["row_count"].sum()))
+    return Window(frame, START_MS, END_MS, int(frame["row_count"].sum()))
+
+
+def encode(window: Window, *, fmt: OutputFormat, compression: Compression, max_bytes: int,
+           revision: int = 0, final: bool = True) -> list[OutputMessage]:
+    return encode_window(window.frame, start_ms=window.start_ms, end_ms=window.end_ms,
+                         input_rows=window.input_rows, fmt=fmt, compression=compression,
+                         max_bytes=max_bytes, revision=revision, final=final)
 
 
 def headers_of(message: OutputMessage) -> dict[str, bytes]:
@@ -66,7 +80,7 @@ def concat_decoded(messages: list[OutputMessage]) -> pl.DataFrame:
 @pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
 def test_arrow_round_trip(compression: Compression) -> None:
     window = closed_window()
-    (message,) = encode_window(window, fmt="arrow", compression=compression,
+    (message,) = encode(window, fmt="arrow", compression=compression,
                                max_bytes=1_000_000)
     decoded = decode_output(message.value, message.headers)
     assert_frame_equal(decoded.frame, window.frame)
@@ -79,7 +93,7 @@ def test_arrow_round_trip(compression: Compression) -> None:
 
 def test_arrow_value_is_a_plain_arrow_ipc_stream() -> None:
     window = closed_window()
-    (message,) = encode_window(window, fmt="arrow", compression="zstd", max_bytes=1_000_000)
+    (message,) = encode(window, fmt="arrow", compression="zstd", max_bytes=1_000_000)
     table = decode_ipc_stream(message.value)
     assert table.num_rows == 5
     assert_frame_equal(pl.DataFrame(table), window.frame)
@@ -88,7 +102,7 @@ def test_arrow_value_is_a_plain_arrow_ipc_stream() -> None:
 def test_compression_makes_repetitive_results_smaller() -> None:
     window = closed_window(2_000)
     sizes = {
-        compression: len(encode_window(window, fmt="arrow", compression=compression,
+        compression: len(encode(window, fmt="arrow", compression=compression,
                                        max_bytes=10**8)[0].value)
         for compression in ("none", "lz4", "zstd")
     }
@@ -99,7 +113,7 @@ def test_compression_makes_repetitive_results_smaller() -> None:
 @pytest.mark.parametrize("compression", ["none", "zstd"])
 def test_arrow_chunks_reassemble(compression: Compression) -> None:
     window = closed_window(400)
-    messages = encode_window(window, fmt="arrow", compression=compression, max_bytes=2_500)
+    messages = encode(window, fmt="arrow", compression=compression, max_bytes=2_500)
     count = len(messages)
     assert count > 2
     assert all(len(m.value) <= 2_500 for m in messages)
@@ -121,8 +135,8 @@ def test_categorical_keys_in_many_chunks_split_with_their_own_values(
     frame = result_frame(groups).with_columns(pl.col("k").cast(pl.Categorical))
     pieces = pl.concat([frame.slice(i, 500) for i in range(0, groups, 500)], rechunk=False)
     assert pieces.n_chunks() > 1
-    window = ClosedWindow(START_MS, END_MS, pieces, int(frame["row_count"].sum()))
-    messages = encode_window(window, fmt="arrow", compression=compression, max_bytes=20_000)
+    window = Window(pieces, START_MS, END_MS, int(frame["row_count"].sum()))
+    messages = encode(window, fmt="arrow", compression=compression, max_bytes=20_000)
     assert len(messages) > 2
     assert all(len(m.value) <= 20_000 for m in messages)
     for message in messages:
@@ -136,7 +150,7 @@ def test_categorical_keys_in_many_chunks_split_with_their_own_values(
 
 def test_json_round_trip_with_iso_timestamps() -> None:
     window = closed_window()
-    (message,) = encode_window(window, fmt="json", compression="zstd", max_bytes=1_000_000)
+    (message,) = encode(window, fmt="json", compression="zstd", max_bytes=1_000_000)
     assert headers_of(message)[HEADER_CONTENT_TYPE] == CONTENT_TYPE_JSON.encode()
     lines = message.value.decode().splitlines()
     assert len(lines) == 5
@@ -160,7 +174,7 @@ def test_json_round_trip_with_iso_timestamps() -> None:
 @pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
 def test_json_ignores_arrow_compression(compression: Compression) -> None:
     window = closed_window()
-    (message,) = encode_window(window, fmt="json", compression=compression,
+    (message,) = encode(window, fmt="json", compression=compression,
                                max_bytes=1_000_000)
     assert message.value.startswith(b'{"window_start":')
 
@@ -172,8 +186,8 @@ def test_json_timestamps_in_another_zone_are_written_in_utc() -> None:
         .dt.convert_time_zone("Europe/Paris"),
         naive=pl.lit(moment.replace(tzinfo=None)).cast(pl.Datetime("ms")),
     )
-    window = ClosedWindow(START_MS, END_MS, frame, 1)
-    (message,) = encode_window(window, fmt="json", compression="none", max_bytes=1_000_000)
+    window = Window(frame, START_MS, END_MS, 1)
+    (message,) = encode(window, fmt="json", compression="none", max_bytes=1_000_000)
     line = json.loads(message.value)
     assert line["first_seen"] == "2024-03-01T12:30:15.250Z"
     assert line["naive"] == "2024-03-01T12:30:15.250"  # no zone, so no Z
@@ -181,7 +195,7 @@ def test_json_timestamps_in_another_zone_are_written_in_utc() -> None:
 
 def test_json_chunks_split_between_lines() -> None:
     window = closed_window(300)
-    messages = encode_window(window, fmt="json", compression="none", max_bytes=2_000)
+    messages = encode(window, fmt="json", compression="none", max_bytes=2_000)
     count = len(messages)
     assert count > 2
     assert all(len(m.value) <= 2_000 for m in messages)
@@ -201,7 +215,7 @@ def test_json_chunks_split_between_lines() -> None:
 @pytest.mark.parametrize("fmt", ["arrow", "json"])
 def test_headers_carry_window_bounds_final_revision_and_rows(fmt: OutputFormat) -> None:
     window = closed_window()
-    (message,) = encode_window(window, fmt=fmt, compression="none", max_bytes=1_000_000,
+    (message,) = encode(window, fmt=fmt, compression="none", max_bytes=1_000_000,
                                revision=3, final=False)
     assert message.key == str(START_MS).encode()
     headers = headers_of(message)
@@ -218,7 +232,7 @@ def test_headers_carry_window_bounds_final_revision_and_rows(fmt: OutputFormat) 
 
 
 def test_every_chunk_has_the_same_key_and_window_headers() -> None:
-    messages = encode_window(closed_window(400), fmt="arrow", compression="none",
+    messages = encode(closed_window(400), fmt="arrow", compression="none",
                              max_bytes=4_000)
     assert {m.key for m in messages} == {str(START_MS).encode()}
     without_chunk = [[h for h in m.headers if h[0] != HEADER_CHUNK] for m in messages]
@@ -227,7 +241,7 @@ def test_every_chunk_has_the_same_key_and_window_headers() -> None:
 
 def test_decode_accepts_headers_as_a_dict_of_text() -> None:
     window = closed_window()
-    (message,) = encode_window(window, fmt="arrow", compression="lz4", max_bytes=1_000_000)
+    (message,) = encode(window, fmt="arrow", compression="lz4", max_bytes=1_000_000)
     as_text: dict[str, str | bytes | None] = {
         name: value.decode() for name, value in message.headers}
     decoded = decode_output(message.value, as_text)
@@ -237,7 +251,7 @@ def test_decode_accepts_headers_as_a_dict_of_text() -> None:
 
 def test_decode_defaults_for_absent_optional_headers() -> None:
     window = closed_window()
-    (message,) = encode_window(window, fmt="arrow", compression="none", max_bytes=1_000_000)
+    (message,) = encode(window, fmt="arrow", compression="none", max_bytes=1_000_000)
     kept = [(n, v) for n, v in message.headers if n in (HEADER_WINDOW_START, HEADER_WINDOW_END)]
     decoded = decode_output(message.value, kept)
     assert (decoded.final, decoded.revision, decoded.window_rows, decoded.chunk) == (
@@ -258,9 +272,9 @@ def test_decode_defaults_for_absent_optional_headers() -> None:
     ],
 )
 def test_decode_without_window_headers_is_an_output_format_error(
-    headers: MessageHeaders,
+    headers: Headers,
 ) -> None:
-    (message,) = encode_window(closed_window(), fmt="arrow", compression="none",
+    (message,) = encode(closed_window(), fmt="arrow", compression="none",
                                max_bytes=1_000_000)
     with pytest.raises(OutputFormatError, match="not an arrowagg output message"):
         decode_output(message.value, headers)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.config import DlqLimitSettings
 from consumer.core.dlq import DlqLimit, DlqLimitExceededError
 
 
@@ -14,16 +13,14 @@ def feed(guard: DlqLimit, pattern: str) -> None:
 
 
 def test_consecutive_invalid_over_the_limit_stops() -> None:
-    guard = DlqLimit(DlqLimitSettings(max_consecutive_invalid=3, max_invalid_ratio=1.0,
-                                      window_messages=10))
+    guard = DlqLimit(max_consecutive_invalid=3, max_invalid_ratio=1.0, window_messages=10)
     feed(guard, "xxx.xxx.")  # three in a row, twice: still within the limit
     with pytest.raises(DlqLimitExceededError, match="4 invalid messages in a row"):
         feed(guard, "xxxx")
 
 
 def test_ratio_is_judged_over_a_full_window_only() -> None:
-    guard = DlqLimit(DlqLimitSettings(max_consecutive_invalid=100, max_invalid_ratio=0.5,
-                                      window_messages=10))
+    guard = DlqLimit(max_consecutive_invalid=100, max_invalid_ratio=0.5, window_messages=10)
     feed(guard, "xxxxx")  # 100% invalid, but only 5 messages seen: not yet judged
     feed(guard, ".....")  # 50% of a full window: at the limit, not over it
     feed(guard, "xxxxx")  # the window slides: each new bad one replaces an old one
@@ -32,8 +29,7 @@ def test_ratio_is_judged_over_a_full_window_only() -> None:
 
 
 def test_good_input_keeps_the_window_clean() -> None:
-    guard = DlqLimit(DlqLimitSettings(max_consecutive_invalid=2, max_invalid_ratio=0.2,
-                                      window_messages=10))
+    guard = DlqLimit(max_consecutive_invalid=2, max_invalid_ratio=0.2, window_messages=10)
     feed(guard, ("x" + "." * 9) * 50)  # a steady 10% of bad input is tolerated
     with pytest.raises(DlqLimitExceededError, match="3 invalid messages in a row"):
         feed(guard, "xxx")

@@ -1,0 +1,90 @@
+"""The composition root: the settings become a pipeline, and a processor with its Kafka
+clients. The daemon's command line and the benchmarks build through here, so both run
+the same objects."""
+
+from __future__ import annotations
+
+import polars as pl
+import pyarrow as pa
+from confluent_kafka import Consumer
+
+from consumer.config import Settings
+from consumer.core.budget import GroupBudget
+from consumer.core.decode import Decoder
+from consumer.core.dlq import DlqLimit
+from consumer.core.engine.base import WindowEngine
+from consumer.core.engine.count import CountWindowEngine
+from consumer.core.engine.time import TimeWindowEngine
+from consumer.core.pipeline import Pipeline, Routes
+from consumer.core.plan import AggregationPlan, derive_plan
+from consumer.core.windows import WindowSpec
+from consumer.kafka.clients import consumer_config, producer_config
+from consumer.kafka.processor import StreamProcessor
+from consumer.kafka.sink import AtLeastOnceSink, OutputSink, TransactionalSink
+from consumer.service.observer import NullObserver, ProcessorObserver
+from wire.input import DecodeLimits
+
+
+def build_pipeline(settings: Settings) -> Pipeline:
+    """The per-poll pipeline the settings describe."""
+    inputs, output, limit = settings.input, settings.output, settings.dlq_limit
+    decoder = Decoder(
+        lambda schema: plan_for(settings, schema),
+        limits=DecodeLimits(max_rows=inputs.max_rows_per_message,
+                            max_decoded_bytes=inputs.max_decoded_bytes_per_message),
+        max_message_bytes=inputs.max_message_bytes,
+    )
+    routes = Routes(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
+                    dlq_topic=output.dlq_topic, output_format=output.format,
+                    compression=output.compression, max_message_bytes=output.max_message_bytes)
+    return Pipeline(
+        decoder, lambda plan, time_dtype: build_engine(settings, plan, time_dtype), routes,
+        dlq_limit=DlqLimit(max_invalid_ratio=limit.max_invalid_ratio,
+                           window_messages=limit.window_messages,
+                           max_consecutive_invalid=limit.max_consecutive_invalid),
+        budget=GroupBudget(inputs.max_groups, inputs.over_budget),
+        commit_interval_ms=settings.processing.commit_interval_ms,
+    )
+
+
+def plan_for(settings: Settings, schema: pa.Schema) -> AggregationPlan:
+    """The aggregation plan for ``schema`` under the configured windows and aggregation."""
+    window, aggregation = settings.window, settings.aggregation
+    return derive_plan(
+        schema, time_column=window.timestamp_column if window.time == "event" else None,
+        keys=aggregation.keys, overrides=aggregation.columns)
+
+
+def build_engine(settings: Settings, plan: AggregationPlan,
+                 time_dtype: pl.DataType | None) -> WindowEngine:
+    window, processing = settings.window, settings.processing
+    if window.kind == "count":
+        return CountWindowEngine(plan, batches=window.count_batches, rows=window.count_rows,
+                                 idle_timeout_ms=window.idle_timeout_ms,
+                                 merge_every=processing.merge_every_batches)
+    assert window.size_ms is not None  # noqa: S101 - checked by the config model
+    return TimeWindowEngine(
+        plan, WindowSpec(window.size_ms, window.step_ms or window.size_ms),
+        event_time=window.time == "event", time_dtype=time_dtype,
+        allowed_lateness_ms=window.allowed_lateness_ms, idle_timeout_ms=window.idle_timeout_ms,
+        merge_every=processing.merge_every_batches)
+
+
+def build_processor(settings: Settings, observer: ProcessorObserver | None = None, *,
+                    sink: OutputSink | None = None) -> StreamProcessor:
+    """The daemon: a Kafka consumer, the sink the guarantee asks for, the pipeline."""
+    observer = observer or NullObserver()
+    config = consumer_config(settings.kafka, settings.processing)
+    if settings.service.statistics_interval_ms:
+        config["statistics.interval.ms"] = settings.service.statistics_interval_ms
+        config["stats_cb"] = observer.statistics
+    return StreamProcessor(Consumer(config), sink or build_sink(settings),
+                           build_pipeline(settings), topics=settings.input.topics,
+                           processing=settings.processing, observer=observer)
+
+
+def build_sink(settings: Settings) -> OutputSink:
+    config = producer_config(settings.kafka, settings.processing)
+    if settings.processing.guarantee == "exactly_once":
+        return TransactionalSink(config)
+    return AtLeastOnceSink(config)

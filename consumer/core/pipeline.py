@@ -1,0 +1,323 @@
+"""The per-poll pipeline: input messages in; output records and commit points out.
+
+One pass of the daemon's work, with no Kafka client in sight: decode each message (or
+reject it to the dead-letter topic), add the poll's rows to the window engine, turn late
+rows and closed windows into output records, and say which input offsets those records
+let us commit. ``StreamProcessor`` (consumer/kafka/processor.py) feeds it what the
+consumer returns and hands what it gives to the sink; the benchmarks call the same
+object, so they measure the daemon's own code path.
+
+Time is a parameter (``now_ms``) of every call. The pipeline keeps what it produced
+until the run loop says it is committed (``committed``), or throws it away with the
+window state when a transaction is aborted or partitions move (``restart``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import polars as pl
+import pyarrow as pa
+
+from consumer.core.budget import GroupBudget
+from consumer.core.decode import Decoder, RejectedMessageError, poll_frame
+from consumer.core.dlq import DlqLimit, dead_letter
+from consumer.core.engine.base import UnplannedEngine, WindowEngine
+from consumer.core.offsets import CommitMetadata, CommitPoint
+from consumer.core.plan import AggregationPlan
+from consumer.core.types import (
+    ClosedWindow,
+    InputMessage,
+    MessageRef,
+    OutputRecord,
+    PartitionKey,
+)
+from wire.input import Compression, encode_ipc_stream
+from wire.output import OutputFormat, encode_window
+
+log = logging.getLogger(__name__)
+
+# Builds the real engine once the first valid message has fixed the plan; the second
+# argument is the Polars type of the event-time column (None for processing time).
+EngineFactory = Callable[[AggregationPlan, pl.DataType | None], WindowEngine]
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Where records go and how windows are encoded."""
+
+    output_topic: str
+    group_id: str
+    late_topic: str | None = None
+    dlq_topic: str | None = None
+    output_format: OutputFormat = "arrow"
+    compression: Compression = "zstd"
+    max_message_bytes: int = 1_000_000
+
+
+@dataclass
+class Counters:
+    messages: int = 0
+    rows: int = 0  # rows the engine has taken (in a window, or found late); replays count again
+    rejected: int = 0
+    windows_emitted: int = 0  # in committed transactions
+    late_rows: int = 0
+    commits: int = 0
+    aborts: int = 0
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+
+    def copy(self) -> Counters:
+        return replace(self, rejected_by_reason=dict(self.rejected_by_reason))
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """One message's rows taken into the engine."""
+
+    partition: PartitionKey
+    rows: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Processed:
+    """What one ``process`` call did, for the run loop to report."""
+
+    consumed: list[Consumed] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)  # reason codes, one per message
+    late_rows: int = 0
+
+
+@dataclass(frozen=True)
+class Flush:
+    """What the run loop must do at this turn's end: pause/resume partitions for the
+    memory budget, and, when ``commit`` is set, produce ``records`` and commit
+    ``offsets`` in one transaction."""
+
+    commit: bool
+    records: list[OutputRecord]
+    offsets: dict[PartitionKey, CommitPoint]
+    windows: list[ClosedWindow]
+    pause: list[PartitionKey] = field(default_factory=list)
+    resume: list[PartitionKey] = field(default_factory=list)
+
+
+@dataclass
+class _Assignment:
+    committed: int | None
+    metadata: CommitMetadata | None
+    first_seen: int | None = None  # the first offset consumed since it was assigned
+
+    def replayed(self, offset: int) -> bool:
+        """Consumed, and its side output committed, before the last restart or
+        rebalance (the position recorded in the commit metadata)."""
+        return self.metadata is not None and offset < self.metadata.position
+
+
+class Pipeline:
+    def __init__(self, decoder: Decoder, build_engine: EngineFactory, routes: Routes, *,
+                 dlq_limit: DlqLimit, budget: GroupBudget, commit_interval_ms: int) -> None:
+        self._decoder = decoder
+        self._build_engine = build_engine
+        self._routes = routes
+        self._dlq_limit = dlq_limit
+        self._budget = budget
+        self._commit_interval_ms = commit_interval_ms
+        self._engine: WindowEngine = UnplannedEngine()
+        self._assigned: dict[PartitionKey, _Assignment] = {}
+        self._pending: list[OutputRecord] = []  # built, not yet committed
+        self._last_commit_ms: int | None = None
+        self.counters = Counters()
+
+    # -- partitions ----------------------------------------------------------------------
+
+    def assign(self, partition: PartitionKey, committed: int | None,
+               metadata: CommitMetadata | None, now_ms: int) -> None:
+        """``partition`` is ours from ``committed`` on (None: the group has no commit)."""
+        self._assigned[partition] = _Assignment(committed, metadata)
+        self._engine.assign(partition, committed, metadata, now_ms)
+
+    def revoke(self, partition: PartitionKey) -> None:
+        """``partition`` is no longer ours (revoked or lost)."""
+        self._assigned.pop(partition, None)
+        self._budget.forget([partition])
+        self._engine.revoke(partition)
+
+    def restart(self, committed: Mapping[PartitionKey, tuple[int | None, CommitMetadata | None]],
+                now_ms: int) -> tuple[dict[PartitionKey, int | None], list[PartitionKey]]:
+        """Throw away window state and uncommitted output; start again from ``committed``
+        (what the group has committed for each partition we own).
+
+        Returns where to seek each partition (None: its beginning) and the partitions to
+        resume (paused for a state that is gone).
+        """
+        self._pending.clear()
+        released = self._budget.release_all()
+        self._engine = UnplannedEngine()
+        targets: dict[PartitionKey, int | None] = {}
+        for partition, (offset, metadata) in committed.items():
+            known = self._assigned.setdefault(partition, _Assignment(None, None))
+            known.committed, known.metadata = offset, metadata
+            targets[partition] = offset if offset is not None else known.first_seen
+            self._engine.assign(partition, offset, metadata, now_ms)
+        if self._decoder.plan is not None:
+            self._engine = self._planned_engine(now_ms)
+        return targets, released
+
+    def keep_alive(self, partitions: Iterable[PartitionKey], now_ms: int) -> None:
+        """These partitions have input waiting on the broker: they are behind, not idle."""
+        for partition in partitions:
+            self._engine.keep_alive(partition, now_ms)
+
+    # -- rows in -------------------------------------------------------------------------
+
+    def process(self, messages: Sequence[InputMessage], now_ms: int) -> Processed:
+        """Decode ``messages`` (one poll's, in order), window and pre-aggregate their rows."""
+        tables: list[pa.Table] = []
+        refs: list[MessageRef] = []
+        sizes: list[int] = []
+        rejected: list[str] = []
+        for message in messages:
+            self.counters.messages += 1
+            assignment = self._assigned.get(message.partition)
+            if assignment is not None and assignment.first_seen is None:
+                assignment.first_seen = message.offset
+            try:
+                decoded = self._decoder.decode(message.value, message.headers)
+            except RejectedMessageError as err:
+                if self._reject(message, err, assignment):
+                    rejected.append(err.reason)
+                self._engine.skip(message.partition, message.offset, now_ms)
+                self._dlq_limit.record(valid=False)
+                continue
+            self._dlq_limit.record(valid=True)
+            if isinstance(self._engine, UnplannedEngine):
+                self._engine = self._planned_engine(now_ms)
+            tables.append(decoded.table)
+            refs.append(MessageRef(message.partition, message.offset, decoded.table.num_rows,
+                                   decoded.min_event_ms, decoded.max_event_ms))
+            sizes.append(len(message.value or b""))
+        if not tables:
+            return Processed(rejected=rejected)
+        late = self._engine.add(poll_frame(tables), refs, now_ms)
+        # Counted once the rows are in the engine, never ahead of what the windows hold.
+        self.counters.rows += sum(ref.rows for ref in refs)
+        consumed = [Consumed(r.partition, r.rows, n) for r, n in zip(refs, sizes, strict=True)]
+        late_rows = 0 if late is None else self._late(late)
+        return Processed(consumed, rejected, late_rows)
+
+    def _planned_engine(self, now_ms: int) -> WindowEngine:
+        plan = self._decoder.plan
+        assert plan is not None  # noqa: S101 - called once a message fixed the plan
+        engine = self._build_engine(plan, self._decoder.time_dtype())
+        if isinstance(self._engine, UnplannedEngine):
+            return self._engine.hand_over(engine, now_ms)
+        return engine
+
+    def _reject(self, message: InputMessage, err: RejectedMessageError,
+                assignment: _Assignment | None) -> bool:
+        """Dead-letter ``message``; False when it was dead-lettered before a restart."""
+        topic, partition = message.partition
+        where = f"{topic}[{partition}]@{message.offset}"
+        if assignment is not None and assignment.replayed(message.offset):
+            # Its dead letter was committed then, with the output of the same
+            # transaction: writing it again would duplicate it.
+            log.debug("replayed %s was dead-lettered before: %s", where, err)
+            return False
+        self.counters.rejected += 1
+        by_reason = self.counters.rejected_by_reason
+        by_reason[err.reason] = by_reason.get(err.reason, 0) + 1
+        log.warning("rejected %s: %s", where, err)
+        if dlq := self._routes.dlq_topic:
+            self._pending.append(dead_letter(message, err, topic=dlq,
+                                             group_id=self._routes.group_id))
+        return True
+
+    def _late(self, late: pl.DataFrame) -> int:
+        self.counters.late_rows += late.height
+        if topic := self._routes.late_topic:
+            self._pending.append(OutputRecord(topic, None, encode_ipc_stream(late.to_arrow()), []))
+        else:
+            log.warning("%d late rows (no output.late_topic configured)", late.height)
+        return late.height
+
+    # -- records out ---------------------------------------------------------------------
+
+    def flush(self, now_ms: int, *, force: bool = False) -> Flush:
+        """Close what is due (and what the memory budget requires), and say whether a
+        commit is due: windows closed, records waiting, the commit interval passed (with
+        offsets to commit), or ``force`` (before a revoke or a stop)."""
+        closed = self._engine.close_due(now_ms)
+        pause, resume, early = self._keep_to_budget(now_ms)
+        closed += early
+        for window in closed:
+            self._pending += self._window_records(window)
+        offsets = self._engine.commit_points()
+        if self._last_commit_ms is None:
+            self._last_commit_ms = now_ms  # the interval counts from the first turn
+        interval_due = now_ms - self._last_commit_ms >= self._commit_interval_ms
+        commit = bool(closed or self._pending or force or (interval_due and offsets))
+        return Flush(commit, list(self._pending), offsets, closed, pause, resume)
+
+    def committed(self, flush: Flush, now_ms: int) -> None:
+        """``flush``'s records and offsets are committed: forget them, move on."""
+        # Nothing is added between flush() and this call: its records are a prefix.
+        self._pending = self._pending[len(flush.records):]
+        self._last_commit_ms = now_ms
+        self.counters.windows_emitted += len(flush.windows)
+        for partition, point in flush.offsets.items():
+            if (assignment := self._assigned.get(partition)) is not None:
+                assignment.committed, assignment.metadata = point.offset, point.metadata
+
+    def _window_records(self, window: ClosedWindow) -> list[OutputRecord]:
+        routes = self._routes
+        messages = encode_window(
+            window.frame, start_ms=window.start_ms, end_ms=window.end_ms,
+            input_rows=window.input_rows, fmt=routes.output_format,
+            compression=routes.compression, max_bytes=routes.max_message_bytes,
+            revision=window.revision, final=window.final)
+        return [OutputRecord(routes.output_topic, m.key, m.value, m.headers) for m in messages]
+
+    def _keep_to_budget(self, now_ms: int,
+                        ) -> tuple[list[PartitionKey], list[PartitionKey], list[ClosedWindow]]:
+        """Pause partitions that run ahead, resume them, or emit early (budget.py)."""
+        groups = self._engine.cardinality()
+        decision = self._budget.check(groups, self._engine.ahead_of_watermark(now_ms))
+        if decision.pause:
+            log.warning("%d groups held: pausing %s, ahead of the watermark, until windows "
+                        "close", groups, _names(decision.pause))
+        if decision.resume:
+            log.info("%d groups held: resuming %s", groups, _names(decision.resume))
+        if not decision.emit_early:
+            return decision.pause, decision.resume, []
+        log.warning("%d groups held (input.max_groups = %d): emitting open windows early",
+                    groups, self._budget.max_groups)
+        return decision.pause, decision.resume, self._engine.emit_early(now_ms)
+
+    # -- state ---------------------------------------------------------------------------
+
+    def assigned(self) -> dict[PartitionKey, int | None]:
+        """Each partition we own, with its committed offset (None: none yet)."""
+        return {partition: a.committed for partition, a in self._assigned.items()}
+
+    def replaying(self) -> bool:
+        """Some partition is still re-reading input from before a restart."""
+        return any(self._engine.replaying(partition) for partition in self._assigned)
+
+    def open_windows(self) -> int:
+        return self._engine.open_window_count()
+
+    def groups(self) -> int:
+        return self._engine.cardinality()
+
+    def pending_records(self) -> int:
+        return len(self._pending)
+
+    def paused(self) -> int:
+        return len(self._budget.paused)
+
+
+def _names(partitions: Iterable[PartitionKey]) -> str:
+    return ", ".join(f"{topic}[{partition}]" for topic, partition in partitions) or "nothing"

@@ -1,0 +1,196 @@
+"""An in-memory broker for unit tests of the run loop (after Sentry Arroyo's LocalBroker).
+
+``FakeBroker`` holds topics as lists of ``confluent_kafka.Message`` per partition and a
+consumer group's committed offsets (with their metadata). ``FakeConsumer`` implements
+the ``InputConsumer`` protocol the run loop uses: rebalance events queued by the test are
+served from inside ``poll``/``consume``, as librdkafka serves its callbacks, and each
+partition is read from its committed offset on. ``FakeSink`` commits a flush's records
+and offsets atomically, like a transaction, or raises whatever the test queued for it.
+
+This is not a Kafka: no replication, no fencing of its own, no isolation levels. The
+real broker's behaviour is tested in tests/integration; this one makes the loop's
+assign / revoke / lost / abort / rewind / fenced paths fast and exact to test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
+
+from consumer.core.types import OutputRecord, PartitionKey
+from consumer.kafka.clients import RebalanceCallback
+
+OFFSET_INVALID = -1001  # what librdkafka reports for "no offset"
+
+
+@dataclass
+class FakeBroker:
+    topics: dict[str, list[list[Message]]] = field(default_factory=dict)
+    committed: dict[PartitionKey, TopicPartition] = field(default_factory=dict)
+    transactions: list[tuple[list[OutputRecord], list[TopicPartition]]] = field(
+        default_factory=list)
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        self.topics[name] = [[] for _ in range(partitions)]
+
+    def produce(self, topic: str, partition: int, value: bytes | None, *,
+                key: bytes | None = None,
+                headers: Sequence[tuple[str, str | bytes | None]] | None = None,
+                timestamp_ms: int = 0) -> int:
+        log = self.topics[topic][partition]
+        log.append(Message(topic=topic, partition=partition, offset=len(log), key=key,
+                           value=value, headers=list(headers) if headers else None,
+                           timestamp=(1, timestamp_ms)))
+        return len(log) - 1
+
+    def commit(self, offsets: Sequence[TopicPartition]) -> None:
+        for tp in offsets:
+            self.committed[(tp.topic, tp.partition)] = TopicPartition(
+                tp.topic, tp.partition, tp.offset, metadata=tp.metadata)
+
+    def committed_offset(self, topic: str, partition: int) -> int | None:
+        tp = self.committed.get((topic, partition))
+        return None if tp is None else tp.offset
+
+    def output(self, topic: str) -> list[OutputRecord]:
+        """Every record committed to ``topic``, in commit order."""
+        return [r for records, _ in self.transactions for r in records if r.topic == topic]
+
+
+@dataclass
+class _Event:
+    kind: Literal["assign", "revoke", "lost"]
+    partitions: list[TopicPartition]
+
+
+class FakeConsumer:
+    def __init__(self, broker: FakeBroker) -> None:
+        self.broker = broker
+        self.callbacks: dict[str, RebalanceCallback | None] = {}
+        self.events: list[_Event] = []
+        self.positions: dict[PartitionKey, int] = {}
+        self.paused: set[PartitionKey] = set()
+        self.seeks: list[tuple[PartitionKey, int]] = []
+        self.closed = False
+        # Set to deliver messages of paused partitions anyway, as librdkafka may for
+        # messages it had queued before the pause took effect.
+        self.leak_paused = False
+
+    # -- test controls -----------------------------------------------------------------
+
+    def rebalance(self, kind: Literal["assign", "revoke", "lost"],
+                  partitions: Sequence[PartitionKey]) -> None:
+        """Queue a rebalance event; it is served inside the next poll/consume."""
+        self.events.append(_Event(kind, [TopicPartition(t, p) for t, p in partitions]))
+
+    # -- InputConsumer -----------------------------------------------------------------
+
+    def subscribe(self, topics: list[str], on_assign: RebalanceCallback | None = None,
+                  on_revoke: RebalanceCallback | None = None,
+                  on_lost: RebalanceCallback | None = None) -> None:
+        del topics  # the test says which partitions are assigned
+        self.callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
+
+    def poll(self, timeout: float = -1) -> Message | None:
+        messages = self.consume(1, timeout)
+        return messages[0] if messages else None
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        del timeout  # nothing ever arrives while waiting: the test publishes up front
+        self._serve_events()
+        out: list[Message] = []
+        for key in sorted(self.positions):
+            if key in self.paused and not self.leak_paused:
+                continue
+            log = self.broker.topics[key[0]][key[1]]
+            while len(out) < num_messages and self.positions[key] < len(log):
+                out.append(log[self.positions[key]])
+                self.positions[key] += 1
+        return out
+
+    def _serve_events(self) -> None:
+        while self.events:
+            event = self.events.pop(0)
+            callback = self.callbacks.get(event.kind)
+            if event.kind == "assign":
+                for tp in event.partitions:
+                    start = self.broker.committed_offset(tp.topic, tp.partition)
+                    self.positions[(tp.topic, tp.partition)] = start or 0
+            if callback is not None:
+                callback(self, event.partitions)
+            if event.kind != "assign":
+                for tp in event.partitions:
+                    self.positions.pop((tp.topic, tp.partition), None)
+                    self.paused.discard((tp.topic, tp.partition))
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, p in sorted(self.positions)]
+
+    def committed(self, partitions: list[TopicPartition],
+                  timeout: float = -1) -> list[TopicPartition]:
+        del timeout
+        out = []
+        for tp in partitions:
+            stored = self.broker.committed.get((tp.topic, tp.partition))
+            out.append(stored if stored is not None
+                       else TopicPartition(tp.topic, tp.partition, OFFSET_INVALID))
+        return out
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition,
+                               self.positions.get((tp.topic, tp.partition), OFFSET_INVALID))
+                for tp in partitions]
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float = -1,
+                              cached: bool = False) -> tuple[int, int]:
+        del timeout, cached
+        return 0, len(self.broker.topics[partition.topic][partition.partition])
+
+    def seek(self, partition: TopicPartition) -> None:
+        offset = 0 if partition.offset == OFFSET_BEGINNING else partition.offset
+        self.positions[(partition.topic, partition.partition)] = offset
+        self.seeks.append(((partition.topic, partition.partition), offset))
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self.paused.update((tp.topic, tp.partition) for tp in partitions)
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self.paused.difference_update((tp.topic, tp.partition) for tp in partitions)
+
+    def commit(self, *, offsets: list[TopicPartition],
+               asynchronous: Literal[False]) -> list[TopicPartition]:
+        del asynchronous
+        self.broker.commit(offsets)
+        return offsets
+
+    def consumer_group_metadata(self) -> Any:
+        return object()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeSink:
+    """Commits records and offsets together; raises the errors queued in ``failures``
+    (one per flush, in order) instead of committing."""
+
+    def __init__(self, broker: FakeBroker) -> None:
+        self.broker = broker
+        self.failures: list[BaseException] = []
+        self.flushes = 0
+        self.closed = False
+
+    def flush(self, records: Sequence[OutputRecord], offsets: Sequence[TopicPartition],
+              consumer: Any) -> None:
+        del consumer
+        self.flushes += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        self.broker.transactions.append((list(records), list(offsets)))
+        self.broker.commit(offsets)
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,266 @@
+"""The run loop against an in-memory broker: rebalances, aborts, fencing, rejections and
+the memory budget's pauses, each step checked as it happens (the same paths run against
+a real broker in tests/integration)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+import yaml
+from confluent_kafka import TopicPartition
+from polars.testing import assert_frame_equal
+
+from consumer import cli
+from consumer.compose import build_pipeline
+from consumer.config import settings_from_dict
+from consumer.kafka.processor import StreamProcessor
+from consumer.kafka.sink import AbortRequiredError, FatalKafkaError
+from tests.consumer.kafka.fake_broker import FakeBroker, FakeConsumer, FakeSink
+from wire.errors import EXIT_FAILED
+from wire.input import encode_ipc_stream
+from wire.output import decode_output
+
+SOURCE, SINK = "in", "out"
+P0, P1 = (SOURCE, 0), (SOURCE, 1)
+SIZE_MS = 1_000
+SITES = ("a", "b", "c")
+
+
+class Clock:
+    """Processing time: moved by the test, and by a millisecond at every reading, so a
+    loop left to run on its own sees its commit interval pass."""
+
+    def __init__(self) -> None:
+        self.now_ms = 0
+
+    def __call__(self) -> int:
+        self.now_ms += 1
+        return self.now_ms
+
+
+def config(**sections: dict[str, object]) -> dict[str, object]:
+    data: dict[str, object] = {
+        "kafka": {"bootstrap_servers": "fake:9092", "group_id": "g"},
+        "input": {"topics": [SOURCE]},
+        "output": {"topic": SINK},
+        "window": {"kind": "tumbling", "time": "event", "timestamp_column": "ts",
+                   "size_ms": SIZE_MS, "idle_timeout_ms": 60_000},
+        "processing": {"commit_interval_ms": 1_000, "poll_max_messages": 100},
+    }
+    for name, values in sections.items():
+        base = data.get(name, {})
+        assert isinstance(base, dict)
+        data[name] = {**base, **values}
+    return data
+
+
+def batch(ts_ms: int, value: float = 1.0) -> pa.Table:
+    """One row per site at ``ts_ms``."""
+    return pa.table({
+        "site": list(SITES),
+        "ts": pa.array([ts_ms] * len(SITES), pa.timestamp("ms", tz="UTC")),
+        "v": [value] * len(SITES),
+    })
+
+
+class Rig:
+    """A broker, a consumer, a sink and the processor wired to them."""
+
+    def __init__(self, partitions: int = 2, **sections: dict[str, object]) -> None:
+        self.broker = FakeBroker()
+        self.broker.create_topic(SOURCE, partitions)
+        self.broker.create_topic(SINK)
+        self.consumer = FakeConsumer(self.broker)
+        self.sink = FakeSink(self.broker)
+        self.clock = Clock()
+        self.settings = settings_from_dict(config(**sections))
+        self.pipeline = build_pipeline(self.settings)
+        self.processor = StreamProcessor(
+            self.consumer, self.sink, self.pipeline, topics=[SOURCE],
+            processing=self.settings.processing, clock=self.clock)
+        self.published: list[pa.Table] = []
+        self.processor.subscribe()
+
+    def publish(self, partition: int, table: pa.Table) -> int:
+        self.published.append(table)
+        return self.broker.produce(SOURCE, partition, encode_ipc_stream(table))
+
+    def turns(self, count: int = 3, *, step_ms: int = 100) -> None:
+        for _ in range(count):
+            self.processor.run_once()
+            self.clock.now_ms += step_ms
+
+    def committed(self, partition: tuple[str, int]) -> int | None:
+        return self.broker.committed_offset(*partition)
+
+    def output(self) -> pl.DataFrame:
+        frames = [decode_output(r.value, r.headers).frame for r in self.broker.output(SINK)]
+        return pl.concat(frames).with_columns(pl.col("window_start").dt.epoch("ms"))
+
+
+def reference(tables: list[pa.Table]) -> pl.DataFrame:
+    """Plain Polars over every published row: the windows the daemon must emit."""
+    rows = pl.concat([pl.DataFrame(t) for t in tables])
+    start = pl.col("ts").dt.epoch("ms") // SIZE_MS * SIZE_MS
+    return (rows.group_by(start.alias("window_start"), "site")
+            .agg(pl.col("v").sum(), pl.len().cast(pl.Int64).alias("row_count"))
+            .sort("window_start", "site"))
+
+
+def sorted_output(rig: Rig) -> pl.DataFrame:
+    return rig.output().select("window_start", "site", "v", "row_count").sort(
+        "window_start", "site")
+
+
+@pytest.fixture
+def rig() -> Rig:
+    rig = Rig()
+    rig.consumer.rebalance("assign", [P0, P1])
+    return rig
+
+
+def two_windows_out_third_open(rig: Rig) -> None:
+    """Both partitions: offsets 0-1 in window 0, 2 in window 1, 3 in window 2 (open)."""
+    for partition in (0, 1):
+        for ts in (100, 200, 1_100, 2_100):
+            rig.publish(partition, batch(ts))
+    rig.turns()
+    assert sorted(rig.output()["window_start"].unique()) == [0, 1_000]
+    assert rig.committed(P0) == rig.committed(P1) == 3
+
+
+def test_a_revoke_commits_the_committable_part_before_the_partition_goes(rig: Rig) -> None:
+    two_windows_out_third_open(rig)
+    rig.publish(0, batch(3_100))  # p0 moves on; p1 holds the watermark at 2100
+    rig.turns(2)
+    before = len(rig.broker.transactions)
+    rig.consumer.rebalance("revoke", [P1])
+    rig.processor.run_once()  # the revoke is served inside this poll
+    revoke_commits = rig.broker.transactions[before:]
+    assert len(revoke_commits) == 1, "one forced commit, inside the revoke callback"
+    _records, offsets = revoke_commits[0]
+    assert {(tp.topic, tp.partition): tp.offset for tp in offsets} == {P0: 3, P1: 3}
+    # Then the state of what we keep is rebuilt from its commit: p0 replays from 3.
+    assert rig.consumer.seeks == [(P0, 3)]
+    assert rig.pipeline.open_windows() == 0
+    rig.turns()
+    # p0 alone now sets the watermark (3100): its window 2 closes, window 3 stays open.
+    assert rig.pipeline.open_windows() == 1
+    assert sorted(rig.output()["window_start"].unique()) == [0, 1_000, 2_000]
+
+
+def test_a_lost_assignment_discards_state_and_seeks_back_without_committing(rig: Rig) -> None:
+    two_windows_out_third_open(rig)
+    rig.publish(0, batch(2_500))
+    rig.turns(2)
+    assert rig.pipeline.open_windows() == 1
+    before = len(rig.broker.transactions)
+    rig.consumer.rebalance("lost", [P1])
+    rig.processor.run_once()
+    assert len(rig.broker.transactions) == before, "a lost partition is not ours to commit"
+    assert rig.consumer.seeks == [(P0, 3)]
+    assert rig.pipeline.open_windows() == 0
+    rig.turns(2)
+    assert rig.pipeline.counters.rows == 3 * (8 + 1 + 2)  # both first runs, then the replay
+
+
+def test_an_aborted_transaction_rewinds_every_partition_and_loses_nothing(rig: Rig) -> None:
+    for partition in (0, 1):
+        for ts in (100, 600, 1_100, 2_100):
+            rig.publish(partition, batch(ts, value=partition + ts / 1000))
+    rig.sink.failures.append(AbortRequiredError("the broker aborted the transaction"))
+    rig.turns(1)
+    assert rig.broker.transactions == []
+    assert rig.processor.counters.aborts == 1
+    rig.turns(1)
+    assert sorted(rig.consumer.seeks) == [(P0, 0), (P1, 0)]  # nothing committed yet
+    rig.turns(3)
+    for partition in (0, 1):  # the last window closes once both partitions are past it
+        rig.publish(partition, batch(3_500))
+    rig.turns(3)
+    expected = reference(rig.published).filter(pl.col("window_start") < 3_000)
+    assert_frame_equal(sorted_output(rig), expected, check_dtypes=False)
+
+
+def test_a_fenced_producer_stops_the_loop_with_exit_code_1(rig: Rig) -> None:
+    rig.publish(0, batch(100))
+    rig.sink.failures.append(FatalKafkaError("Fenced: a newer instance took over"))
+    with pytest.raises(FatalKafkaError) as raised:
+        rig.processor.run()
+    assert raised.value.exit_code == EXIT_FAILED == 1
+    assert rig.consumer.closed
+    assert rig.sink.closed
+
+
+def test_the_command_line_exits_1_with_one_line_when_fenced(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rig.publish(0, batch(100))
+    rig.sink.failures.append(FatalKafkaError("Fenced: a newer instance took over"))
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config(service={"http_port": None})))
+    monkeypatch.setattr("consumer.compose.build_processor", lambda *_a, **_k: rig.processor)
+    monkeypatch.setattr(cli, "check_topics", lambda *_a, **_k: None)
+    assert cli.main(["run", "--config", str(path)]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1] == ("consumer: stopping on a fatal Kafka error: "
+                         "Fenced: a newer instance took over")
+    assert not any("Traceback" in line for line in lines)
+
+
+@pytest.mark.parametrize("dlq", [None, "dlq"])
+def test_rejections_before_the_first_valid_message_are_committed(dlq: str | None) -> None:
+    rig = Rig(output={"dlq_topic": dlq} if dlq else {})
+    rig.broker.create_topic("dlq")
+    rig.consumer.rebalance("assign", [P0, P1])
+    for value in (b"not arrow", b"", b"\xff" * 16):
+        rig.broker.produce(SOURCE, 0, value)
+    rig.turns(15)  # past the commit interval
+    assert rig.committed(P0) == 3
+    assert len(rig.broker.output("dlq")) == (3 if dlq else 0)
+    assert rig.processor.counters.rejected == 3
+    # Committed with the position reached, so a restart does not dead-letter them again.
+    metadata = rig.broker.committed[P0].metadata
+    assert metadata is not None
+    assert '"position":3' in metadata
+
+
+def test_messages_of_a_paused_partition_delivered_late_are_held_back_and_read_again() -> None:
+    # p0 runs ahead, p1 holds the watermark at window 0: p0 is paused at 80% of 30
+    # groups (8 windows of 3 sites), one message a poll.
+    rig = Rig(input={"max_groups": 30, "over_budget": "pause"},
+              processing={"poll_max_messages": 1})
+    rig.consumer.rebalance("assign", [P0, P1])
+    rig.publish(1, batch(100))
+    for window in range(12):
+        rig.publish(0, batch(window * SIZE_MS + 500))
+    rig.turns(8)
+    assert rig.consumer.paused == {P0}
+    groups = rig.pipeline.groups()
+    assert groups == 24
+    rig.consumer.leak_paused = True  # librdkafka had one more of p0's messages queued
+    held_at = rig.consumer.positions[P0]
+    rig.turns(1)
+    rig.consumer.leak_paused = False
+    assert rig.pipeline.groups() == groups, "the leaked message was not aggregated"
+    assert rig.consumer.seeks[-1] == (P0, held_at), "and will be read again"
+    rig.publish(1, batch(9_000))  # the laggard catches up: windows close, p0 resumes
+    rig.turns(40)
+    for partition in (0, 1):
+        rig.publish(partition, batch(20_000))
+    rig.turns(10)
+    expected = reference(rig.published).filter(pl.col("window_start") < 20_000)
+    assert_frame_equal(sorted_output(rig), expected, check_dtypes=False)
+    assert all(decode_output(r.value, r.headers).final for r in rig.broker.output(SINK))
+
+
+def test_the_topic_partition_offsets_carry_commit_metadata(rig: Rig) -> None:
+    two_windows_out_third_open(rig)
+    stored = rig.broker.committed[P0]
+    assert isinstance(stored, TopicPartition)
+    assert stored.metadata is not None
+    assert '"frontier":2100' in stored.metadata  # emitted through the watermark

@@ -21,8 +21,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from bench.broker import create_topic, delete_topics
 from bench.e2e import DaemonThread, Watch, daemon_settings
 from producer.generate import sensor_batch
-from wire.input import dictionary_keys, encode_ipc_stream
-from wire.output import HEADER_CHUNK, HEADER_WINDOW_END
+from wire.input import HEADER_CHUNK, dictionary_keys, encode_ipc_stream
+from wire.output import HEADER_WINDOW_END
 
 PARTITIONS = 4
 GROUPS = 1_000

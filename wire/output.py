@@ -15,16 +15,22 @@ import polars as pl
 import pyarrow as pa
 
 from wire.errors import ArrowaggError
-from wire.input import CONTENT_TYPE, Compression, Headers, decode_ipc_stream, encode_for_size
+from wire.input import (
+    CONTENT_TYPE,
+    HEADER_CHUNK,
+    HEADER_CONTENT_TYPE,
+    Compression,
+    Headers,
+    decode_ipc_stream,
+    encode_for_size,
+)
 
 CONTENT_TYPE_JSON = "application/x-ndjson"
-HEADER_CONTENT_TYPE = "content-type"
 HEADER_WINDOW_START = "arrowagg.window-start"
 HEADER_WINDOW_END = "arrowagg.window-end"
 HEADER_FINAL = "arrowagg.final"
 HEADER_REVISION = "arrowagg.revision"
 HEADER_WINDOW_ROWS = "arrowagg.window-rows"
-HEADER_CHUNK = "arrowagg.chunk"
 
 OutputFormat = Literal["arrow", "json"]
 

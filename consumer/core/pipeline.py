@@ -33,6 +33,7 @@ from consumer.core.types import (
     MessageRef,
     OutputRecord,
     PartitionKey,
+    partition_names,
 )
 from wire.input import Compression, encode_ipc_stream
 from wire.output import OutputFormat, encode_window
@@ -287,9 +288,9 @@ class Pipeline:
         decision = self._budget.check(groups, self._engine.ahead_of_watermark(now_ms))
         if decision.pause:
             log.warning("%d groups held: pausing %s, ahead of the watermark, until windows "
-                        "close", groups, _names(decision.pause))
+                        "close", groups, partition_names(decision.pause))
         if decision.resume:
-            log.info("%d groups held: resuming %s", groups, _names(decision.resume))
+            log.info("%d groups held: resuming %s", groups, partition_names(decision.resume))
         if not decision.emit_early:
             return decision.pause, decision.resume, []
         log.warning("%d groups held (input.max_groups = %d): emitting open windows early",
@@ -317,7 +318,3 @@ class Pipeline:
 
     def paused(self) -> int:
         return len(self._budget.paused)
-
-
-def _names(partitions: Iterable[PartitionKey]) -> str:
-    return ", ".join(f"{topic}[{partition}]" for topic, partition in partitions) or "nothing"

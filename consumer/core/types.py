@@ -5,7 +5,7 @@ A partition is ``(topic, partition)``; times are integer epoch milliseconds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -70,3 +70,8 @@ class InputMessage:
     key: bytes | None = None
     headers: HeaderPairs | None = None
     timestamp_ms: int | None = None
+
+
+def partition_names(partitions: Iterable[PartitionKey]) -> str:
+    """``topic[0], topic[1]`` for log lines; ``nothing`` for none."""
+    return ", ".join(f"{topic}[{partition}]" for topic, partition in partitions) or "nothing"

@@ -22,7 +22,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartitio
 from consumer.config import ProcessingSettings
 from consumer.core.offsets import CommitMetadata, CommitPoint
 from consumer.core.pipeline import Counters, Flush, Pipeline
-from consumer.core.types import InputMessage, PartitionKey
+from consumer.core.types import InputMessage, PartitionKey, partition_names
 from consumer.kafka.clients import InputConsumer, take_batch
 from consumer.kafka.sink import AbortRequiredError, FatalKafkaError, OutputSink
 from consumer.service.observer import NullObserver, ProcessorObserver
@@ -290,7 +290,7 @@ def _topic_partitions(keys: list[PartitionKey]) -> list[TopicPartition]:
 
 
 def _names(partitions: list[TopicPartition]) -> str:
-    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "nothing"
+    return partition_names((tp.topic, tp.partition) for tp in partitions)
 
 
 def _log_emitted(flush: Flush) -> None:

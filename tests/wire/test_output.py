@@ -9,11 +9,16 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from wire.input import CONTENT_TYPE, Compression, Headers, decode_ipc_stream
-from wire.output import (
-    CONTENT_TYPE_JSON,
+from wire.input import (
+    CONTENT_TYPE,
     HEADER_CHUNK,
     HEADER_CONTENT_TYPE,
+    Compression,
+    Headers,
+    decode_ipc_stream,
+)
+from wire.output import (
+    CONTENT_TYPE_JSON,
     HEADER_FINAL,
     HEADER_REVISION,
     HEADER_WINDOW_END,

@@ -42,7 +42,7 @@ class WindowEngine(Protocol):
 
 
 @dataclass
-class _Assignment:
+class _HeldPartition:
     committed: int | None
     metadata: CommitMetadata | None
     skipped: list[int]
@@ -53,13 +53,13 @@ class UnplannedEngine:
     message it hears of was rejected (dead-lettered), so it is done at once."""
 
     def __init__(self) -> None:
-        self._assigned: dict[PartitionKey, _Assignment] = {}
+        self._assigned: dict[PartitionKey, _HeldPartition] = {}
         self.late_rows = 0
         self.skipped_replayed_rows = 0
 
     def assign(self, partition: PartitionKey, committed: int | None,
                metadata: CommitMetadata | None, now_ms: int) -> None:  # noqa: ARG002
-        self._assigned[partition] = _Assignment(committed, metadata, [])
+        self._assigned[partition] = _HeldPartition(committed, metadata, [])
 
     def revoke(self, partition: PartitionKey) -> None:
         self._assigned.pop(partition, None)

@@ -44,6 +44,8 @@ def build_pipeline(settings: Settings) -> Pipeline:
                            max_consecutive_invalid=limit.max_consecutive_invalid),
         budget=GroupBudget(inputs.max_groups, inputs.over_budget),
         commit_interval_ms=settings.processing.commit_interval_ms,
+        # Count windows number their windows: their frontier is no time to bound.
+        max_future_ms=None if settings.window.kind == "count" else settings.window.max_future_ms,
     )
 
 
@@ -84,7 +86,8 @@ def build_processor(settings: Settings, observer: ProcessorObserver | None = Non
 
 
 def build_sink(settings: Settings) -> OutputSink:
-    config = producer_config(settings.kafka, settings.processing)
+    config = producer_config(settings.kafka, settings.processing,
+                             max_message_bytes=settings.output.max_message_bytes)
     if settings.processing.guarantee == "exactly_once":
         return TransactionalSink(config)
     return AtLeastOnceSink(config)

@@ -136,6 +136,10 @@ class WindowSettings(_Section):
     size_ms: PositiveInt | None = None
     step_ms: PositiveInt | None = None
     allowed_lateness_ms: int = Field(default=0, ge=0)
+    # Rows whose event time is after the wall clock plus this are dead-lettered
+    # (future-event-time) rather than let one bad clock move the watermark for good;
+    # null: no bound. One hour, like the broker's log.message.timestamp.after.max.ms.
+    max_future_ms: int | None = Field(default=3_600_000, ge=0)
     idle_timeout_ms: PositiveInt = 10_000
     count_batches: PositiveInt | None = None
     count_rows: PositiveInt | None = None

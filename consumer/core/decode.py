@@ -46,6 +46,7 @@ class Decoder:
         self._max_message_bytes = max_message_bytes
         self.plan = plan
         self._schema = schema  # the plan's input columns and types
+        self._warned_missing: set[frozenset[str]] = set()
 
     def decode(self, value: bytes | None, headers: MessageHeaders) -> DecodedMessage:
         if value is not None and len(value) > self._max_message_bytes:
@@ -57,6 +58,10 @@ class Decoder:
         except WireFormatError as err:
             raise RejectedMessageError(err.reason, str(err)) from err
         if self.plan is None or self._schema is None:
+            if table.num_rows == 0:
+                # A schema without rows says nothing of the data to come (a worker's
+                # warm-up message, say): the plan is fixed by the first rows.
+                return DecodedMessage(table, None, None)
             self._fix_plan(table.schema)
         return self._conform(table)
 
@@ -101,6 +106,7 @@ class Decoder:
         if present.issuperset(self._schema.names):
             table = table.select(self._schema.names)  # zero-copy; the usual case
         else:
+            self._warn_missing([n for n in self._schema.names if n not in present])
             columns = [
                 table.column(f.name) if f.name in present else pa.nulls(table.num_rows, f.type)
                 for f in self._schema
@@ -109,6 +115,15 @@ class Decoder:
         if not table.schema.equals(self._schema):
             table = self._cast(table)
         return DecodedMessage(table, *self._event_range(table))
+
+    def _warn_missing(self, missing: list[str]) -> None:
+        """Once per set of missing aggregate columns: their sums, minima and maxima go on
+        over the messages that still carry them, which an operator must know."""
+        if frozenset(missing) in self._warned_missing:
+            return
+        self._warned_missing.add(frozenset(missing))
+        log.warning("messages without aggregate column(s) %s: counted as null there "
+                    "(docs/reliability.md, schema evolution)", missing)
 
     def _cast(self, table: pa.Table) -> pa.Table:
         assert self._schema is not None  # noqa: S101

@@ -3,13 +3,21 @@ when bad input becomes the norm (after arroyo's DlqLimit)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
+from collections.abc import Sequence
+
+import pyarrow as pa
 
 from consumer import __version__
 from consumer.core.types import InputMessage, OutputRecord
 from wire.errors import ArrowaggError, InputRejectedError
+from wire.input import HEADER_CHUNK, encode_for_size
 
 HEADER_PREFIX = "arrowagg.dlq."
+# What a record costs beyond its key, value and headers (record batch and record framing),
+# with room to spare: the broker measures the whole batch against max.message.bytes.
+_RECORD_OVERHEAD = 512
 
 
 class DlqLimitExceededError(ArrowaggError):
@@ -17,8 +25,40 @@ class DlqLimitExceededError(ArrowaggError):
 
 
 def dead_letter(message: InputMessage, err: InputRejectedError, *, topic: str,
-                group_id: str) -> OutputRecord:
-    """The original key and value, with headers saying where it came from and why."""
+                group_id: str, max_bytes: int) -> OutputRecord:
+    """The original key and value, with headers saying where it came from and why.
+
+    A value too big for a record of ``max_bytes`` (the input topic may allow larger
+    messages than the DLQ topic) is cut to fit, and headers say so: its original size
+    and SHA-256. The whole message stays on the input topic at the offset the headers
+    name, for as long as that topic's retention keeps it.
+    """
+    headers = _origin(message, err, group_id)
+    value = message.value
+    room = max_bytes - _RECORD_OVERHEAD - len(message.key or b"") - _size(headers)
+    if value is not None and len(value) > room:
+        headers += [(HEADER_PREFIX + "truncated", b"true"),
+                    (HEADER_PREFIX + "original-size", str(len(value)).encode()),
+                    (HEADER_PREFIX + "original-sha256", hashlib.sha256(value).hexdigest().encode())]
+        value = value[:max(0, room - _size(headers[-3:]))]
+    return OutputRecord(topic, message.key, value, headers)
+
+
+def dead_rows(message: InputMessage, rows: pa.Table, err: InputRejectedError, *, topic: str,
+              group_id: str, max_bytes: int) -> list[OutputRecord]:
+    """Rows taken out of an otherwise valid message (``err`` says why), as Arrow IPC
+    streams of those rows only, split by rows to fit ``max_bytes``."""
+    headers = [*_origin(message, err, group_id),
+               (HEADER_PREFIX + "rows", str(rows.num_rows).encode())]
+    room = max_bytes - _RECORD_OVERHEAD - _size(headers) - 32  # + the chunk header
+    pieces = encode_for_size(rows, max_bytes=max(room, 1), compression="zstd")
+    return [OutputRecord(topic, message.key, piece,
+                         [*headers, (HEADER_CHUNK, f"{i}/{len(pieces)}".encode())])
+            for i, piece in enumerate(pieces, start=1)]
+
+
+def _origin(message: InputMessage, err: InputRejectedError,
+            group_id: str) -> list[tuple[str, str | bytes | None]]:
     fields = {
         "original-topic": message.partition[0],
         "original-partition": str(message.partition[1]),
@@ -29,8 +69,11 @@ def dead_letter(message: InputMessage, err: InputRejectedError, *, topic: str,
         "error-message": err.detail[:1000],
         "daemon-version": __version__,
     }
-    headers = [(HEADER_PREFIX + k, v.encode()) for k, v in fields.items()]
-    return OutputRecord(topic, message.key, message.value, headers)
+    return [(HEADER_PREFIX + k, v.encode()) for k, v in fields.items()]
+
+
+def _size(headers: Sequence[tuple[str, str | bytes | None]]) -> int:
+    return sum(len(name) + len(value or b"") for name, value in headers)
 
 
 class DlqLimit:

@@ -17,14 +17,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 import polars as pl
 import pyarrow as pa
 
 from consumer.core.budget import GroupBudget
-from consumer.core.decode import Decoder, RejectedMessageError, poll_frame
-from consumer.core.dlq import DlqLimit, dead_letter
+from consumer.core.decode import DecodedMessage, Decoder, RejectedMessageError, poll_frame
+from consumer.core.dlq import DlqLimit, dead_letter, dead_rows
 from consumer.core.engine.base import UnplannedEngine, WindowEngine
+from consumer.core.future import REASON as FUTURE
+from consumer.core.future import split_future, without_future_progress
+from consumer.core.late import late_records
 from consumer.core.offsets import CommitMetadata, CommitPoint
 from consumer.core.plan import AggregationPlan
 from consumer.core.types import (
@@ -35,7 +39,7 @@ from consumer.core.types import (
     PartitionKey,
     partition_names,
 )
-from wire.input import Compression, encode_ipc_stream
+from wire.input import Compression
 from wire.output import OutputFormat, encode_window
 
 log = logging.getLogger(__name__)
@@ -65,6 +69,7 @@ class Counters:
     rejected: int = 0
     windows_emitted: int = 0  # in committed transactions
     late_rows: int = 0
+    rejected_rows: int = 0  # rows taken out of valid messages (future event times)
     commits: int = 0
     aborts: int = 0
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
@@ -89,6 +94,7 @@ class Processed:
     consumed: list[Consumed] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)  # reason codes, one per message
     late_rows: int = 0
+    rejected_rows: dict[str, int] = field(default_factory=dict)  # rows taken out, by reason
 
 
 @dataclass(frozen=True)
@@ -119,13 +125,17 @@ class _Assignment:
 
 class Pipeline:
     def __init__(self, decoder: Decoder, build_engine: EngineFactory, routes: Routes, *,
-                 dlq_limit: DlqLimit, budget: GroupBudget, commit_interval_ms: int) -> None:
+                 dlq_limit: DlqLimit, budget: GroupBudget, commit_interval_ms: int,
+                 max_future_ms: int | None = None) -> None:
+        """``max_future_ms``: rows with event times after the wall clock plus this are
+        dead-lettered (consumer/core/future.py); None: no bound."""
         self._decoder = decoder
         self._build_engine = build_engine
         self._routes = routes
         self._dlq_limit = dlq_limit
         self._budget = budget
         self._commit_interval_ms = commit_interval_ms
+        self._max_future_ms = max_future_ms
         self._engine: WindowEngine = UnplannedEngine()
         self._assigned: dict[PartitionKey, _Assignment] = {}
         self._pending: list[OutputRecord] = []  # built, not yet committed
@@ -138,7 +148,7 @@ class Pipeline:
                metadata: CommitMetadata | None, now_ms: int) -> None:
         """``partition`` is ours from ``committed`` on (None: the group has no commit)."""
         self._assigned[partition] = _Assignment(committed, metadata)
-        self._engine.assign(partition, committed, metadata, now_ms)
+        self._engine.assign(partition, committed, self._unpoisoned(metadata, now_ms), now_ms)
 
     def revoke(self, partition: PartitionKey) -> None:
         """``partition`` is no longer ours (revoked or lost)."""
@@ -162,10 +172,16 @@ class Pipeline:
             known = self._assigned.setdefault(partition, _Assignment(None, None))
             known.committed, known.metadata = offset, metadata
             targets[partition] = offset if offset is not None else known.first_seen
-            self._engine.assign(partition, offset, metadata, now_ms)
+            self._engine.assign(partition, offset, self._unpoisoned(metadata, now_ms), now_ms)
         if self._decoder.plan is not None:
             self._engine = self._planned_engine(now_ms)
         return targets, released
+
+    def _unpoisoned(self, metadata: CommitMetadata | None,
+                    now_ms: int) -> CommitMetadata | None:
+        if self._max_future_ms is None:
+            return metadata
+        return without_future_progress(metadata, now_ms + self._max_future_ms)
 
     def keep_alive(self, partitions: Iterable[PartitionKey], now_ms: int) -> None:
         """These partitions have input waiting on the broker: they are behind, not idle."""
@@ -180,6 +196,7 @@ class Pipeline:
         refs: list[MessageRef] = []
         sizes: list[int] = []
         rejected: list[str] = []
+        rejected_rows: dict[str, int] = {}
         for message in messages:
             self.counters.messages += 1
             assignment = self._assigned.get(message.partition)
@@ -194,6 +211,10 @@ class Pipeline:
                 self._dlq_limit.record(valid=False)
                 continue
             self._dlq_limit.record(valid=True)
+            decoded = self._without_future_rows(message, decoded, now_ms, rejected_rows)
+            if decoded.table.num_rows == 0:  # feeds no window: done at once
+                self._engine.skip(message.partition, message.offset, now_ms)
+                continue
             if isinstance(self._engine, UnplannedEngine):
                 self._engine = self._planned_engine(now_ms)
             tables.append(decoded.table)
@@ -201,13 +222,36 @@ class Pipeline:
                                    decoded.min_event_ms, decoded.max_event_ms))
             sizes.append(len(message.value or b""))
         if not tables:
-            return Processed(rejected=rejected)
+            return Processed(rejected=rejected, rejected_rows=rejected_rows)
         late = self._engine.add(poll_frame(tables), refs, now_ms)
         # Counted once the rows are in the engine, never ahead of what the windows hold.
         self.counters.rows += sum(ref.rows for ref in refs)
         consumed = [Consumed(r.partition, r.rows, n) for r, n in zip(refs, sizes, strict=True)]
-        late_rows = 0 if late is None else self._late(late)
-        return Processed(consumed, rejected, late_rows)
+        late_rows = 0 if late is None else self._late(late, refs)
+        return Processed(consumed, rejected, late_rows, rejected_rows)
+
+    def _without_future_rows(self, message: InputMessage, decoded: DecodedMessage,
+                             now_ms: int, rejected_rows: dict[str, int]) -> DecodedMessage:
+        plan = self._decoder.plan
+        if (self._max_future_ms is None or decoded.max_event_ms is None or plan is None
+                or plan.time_column is None):
+            return decoded
+        bound_ms = now_ms + self._max_future_ms
+        if decoded.max_event_ms <= bound_ms:
+            return decoded  # the usual case: one comparison per message
+        kept, future = split_future(decoded, plan.time_column, bound_ms)
+        err = RejectedMessageError(FUTURE, f"{future.num_rows} of {decoded.table.num_rows} rows "
+                                   f"have event times after {_iso(bound_ms)}, the wall clock "
+                                   "plus window.max_future_ms")
+        topic, partition = message.partition
+        log.warning("rejected rows of %s[%d]@%d: %s", topic, partition, message.offset, err)
+        rejected_rows[FUTURE] = rejected_rows.get(FUTURE, 0) + future.num_rows
+        self.counters.rejected_rows += future.num_rows
+        if dlq := self._routes.dlq_topic:
+            self._pending += dead_rows(message, future, err, topic=dlq,
+                                       group_id=self._routes.group_id,
+                                       max_bytes=self._routes.max_message_bytes)
+        return kept
 
     def _planned_engine(self, now_ms: int) -> WindowEngine:
         plan = self._decoder.plan
@@ -233,13 +277,16 @@ class Pipeline:
         log.warning("rejected %s: %s", where, err)
         if dlq := self._routes.dlq_topic:
             self._pending.append(dead_letter(message, err, topic=dlq,
-                                             group_id=self._routes.group_id))
+                                             group_id=self._routes.group_id,
+                                             max_bytes=self._routes.max_message_bytes))
         return True
 
-    def _late(self, late: pl.DataFrame) -> int:
+    def _late(self, late: pl.DataFrame, refs: Sequence[MessageRef]) -> int:
         self.counters.late_rows += late.height
         if topic := self._routes.late_topic:
-            self._pending.append(OutputRecord(topic, None, encode_ipc_stream(late.to_arrow()), []))
+            routes = self._routes
+            self._pending += late_records(late, refs, topic=topic, compression=routes.compression,
+                                          max_bytes=routes.max_message_bytes)
         else:
             log.warning("%d late rows (no output.late_topic configured)", late.height)
         return late.height
@@ -318,3 +365,7 @@ class Pipeline:
 
     def paused(self) -> int:
         return len(self._budget.paused)
+
+
+def _iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")

@@ -19,6 +19,8 @@ WINDOW_START = "window_start"
 WINDOW_END = "window_end"
 ROW_COUNT = "row_count"
 ROWS = "__rows"
+# In late rows handed back by an engine: which of the poll's messages a row came from.
+MESSAGE_INDEX = "__message"
 
 # The window end recorded for a message that fed no window (empty, rejected): done at once.
 NO_WINDOW = -(2**63)

@@ -127,12 +127,19 @@ def take_batch(consumer: InputConsumer, max_messages: int, timeout_s: float) -> 
     return [first, *consumer.consume(max_messages - 1, 0)]
 
 
-def producer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dict[str, Any]:
+def producer_config(kafka: KafkaSettings, processing: ProcessingSettings, *,
+                    max_message_bytes: int = 1_000_000) -> dict[str, Any]:
+    """``max_message_bytes``: the largest record value the daemon produces (windows,
+    late rows and dead letters are all cut to it)."""
     config: dict[str, Any] = {
         **_common(kafka),
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
+        # A topic's max.message.bytes limits a whole record batch, not one record: with
+        # librdkafka's 1 MB default, four 100 kB late records made a batch the late topic
+        # refused, every time the transaction was replayed.
+        "batch.size": max_message_bytes,
         "compression.type": "none",  # output values are Arrow-compressed already
         # librdkafka's default "rebootstrap" left send_offsets_to_transaction blocked for
         # good after a full broker outage (its timeout never fired); "none" rides it out.

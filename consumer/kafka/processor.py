@@ -193,6 +193,8 @@ class StreamProcessor:
             self._observer.consumed(consumed.partition, 1, consumed.rows, consumed.nbytes)
         for reason in done.rejected:
             self._observer.rejected(reason)
+        for reason, rows in done.rejected_rows.items():
+            self._observer.rejected_rows(reason, rows)
         if done.late_rows:
             self._observer.late(done.late_rows)
 

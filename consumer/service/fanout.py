@@ -80,6 +80,9 @@ class ServiceObserver:
     def rejected(self, reason: str) -> None:
         self._each("rejected", lambda part: part.rejected(reason))
 
+    def rejected_rows(self, reason: str, rows: int) -> None:
+        self._each("rejected_rows", lambda part: part.rejected_rows(reason, rows))
+
     def late(self, rows: int) -> None:
         self._each("late", lambda part: part.late(rows))
 

@@ -86,6 +86,9 @@ class Metrics(NullObserver):
         self.rejected_messages = Counter(
             "arrowagg_rejected_messages", "Input messages rejected (sent to the DLQ when "
             "output.dlq_topic is set), by reason", ("reason",), registry=registry)
+        self.rejected_rows_total = Counter(
+            "arrowagg_rejected_rows", "Rows taken out of otherwise valid messages (sent to "
+            "the DLQ when output.dlq_topic is set), by reason", ("reason",), registry=registry)
         self.groups = Gauge("arrowagg_state_groups", "Distinct (window, keys) groups held",
                             registry=registry)
         self.paused_partitions = Gauge(
@@ -138,6 +141,9 @@ class Metrics(NullObserver):
 
     def rejected(self, reason: str) -> None:
         self.rejected_messages.labels(reason).inc()
+
+    def rejected_rows(self, reason: str, rows: int) -> None:
+        self.rejected_rows_total.labels(reason).inc(rows)
 
     def late(self, rows: int) -> None:
         self.late_rows.inc(rows)

@@ -20,6 +20,9 @@ class ProcessorObserver(Protocol):
     def revoked(self, partitions: Sequence[PartitionKey]) -> None: ...
     def consumed(self, partition: PartitionKey, messages: int, rows: int, nbytes: int) -> None: ...
     def rejected(self, reason: str) -> None: ...
+    def rejected_rows(self, reason: str, rows: int) -> None:
+        """Rows taken out of an otherwise valid message (e.g. future event times)."""
+
     def late(self, rows: int) -> None: ...
 
     def committed(self, windows: Sequence[ClosedWindow], closed_at_ms: int,
@@ -51,6 +54,9 @@ class NullObserver:
         pass
 
     def rejected(self, reason: str) -> None:
+        pass
+
+    def rejected_rows(self, reason: str, rows: int) -> None:
         pass
 
     def late(self, rows: int) -> None:

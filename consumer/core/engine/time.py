@@ -16,7 +16,15 @@ import polars as pl
 from consumer.core.aggregate import PartialAggregator
 from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
 from consumer.core.plan import AggregationPlan
-from consumer.core.types import NO_WINDOW, WINDOW_START, ClosedWindow, MessageRef, PartitionKey
+from consumer.core.types import (
+    MESSAGE_INDEX,
+    NO_WINDOW,
+    WINDOW_END,
+    WINDOW_START,
+    ClosedWindow,
+    MessageRef,
+    PartitionKey,
+)
 from consumer.core.watermark import WatermarkTracker
 from consumer.core.window_store import WindowStore
 from consumer.core.windows import WindowSpec, to_epoch_ms, window_ranges, with_window_start
@@ -119,7 +127,9 @@ class TimeWindowEngine:
 
     def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
             now_ms: int) -> pl.DataFrame | None:
-        """Window and pre-aggregate ``frame``; return its late rows (with window_start).
+        """Window and pre-aggregate ``frame``; return its late rows, with the window they
+        were late for (``window_start``, ``window_end``) and the index in ``refs`` of the
+        message each came from (``MESSAGE_INDEX``).
 
         Only messages that may hold rows of windows their partition already emitted are
         filtered row by row; in a steady stream that is none of them.
@@ -167,15 +177,18 @@ class TimeWindowEngine:
         marked = frame.with_columns(
             _per_row(_SKIP_THROUGH, counts, [NO_WINDOW if b is None else b[0] for b in bounds]),
             _per_row(_LATE_THROUGH, counts, [NO_WINDOW if b is None else b[1] for b in bounds]),
+            _per_row(MESSAGE_INDEX, counts, list(range(len(refs)))),
         )  # before windowing, so hopping windows repeat them with their row
         windowed = self._windowed(marked.lazy(), now_ms).collect()
         end = pl.col(WINDOW_START) + self._spec.size_ms
         skipped = end <= pl.col(_SKIP_THROUGH)
         is_late = ~skipped & (end <= pl.col(_LATE_THROUGH))
         self.skipped_replayed_rows += windowed.filter(skipped).height
-        late = windowed.filter(is_late).drop(_SKIP_THROUGH, _LATE_THROUGH)
+        late = windowed.filter(is_late).drop(_SKIP_THROUGH, _LATE_THROUGH).with_columns(
+            (pl.col(WINDOW_START) + self._spec.size_ms).alias(WINDOW_END))
         self.late_rows += late.height
-        kept = windowed.filter(~skipped & ~is_late).drop(_SKIP_THROUGH, _LATE_THROUGH)
+        kept = windowed.filter(~skipped & ~is_late).drop(_SKIP_THROUGH, _LATE_THROUGH,
+                                                          MESSAGE_INDEX)
         return kept.lazy(), (late if late.height else None)
 
     def keep_alive(self, partition: PartitionKey, now_ms: int) -> None:

@@ -152,11 +152,29 @@ def test_missing_key_or_time_column_is_a_schema_mismatch() -> None:
         assert f"missing key/time columns [{name!r}]" in err.detail
 
 
-def test_missing_aggregate_column_counts_as_all_null() -> None:
-    decoded = fixed_decoder().decode(encode_ipc_stream(table(v_max=None)), None)
+def test_missing_aggregate_column_counts_as_all_null_and_says_so_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    dec = fixed_decoder()
+    with caplog.at_level(logging.WARNING, logger="consumer.core.decode"):
+        for _ in range(3):
+            decoded = dec.decode(encode_ipc_stream(table(v_max=None)), None)
     assert decoded.table.schema.names == PLAN_COLUMNS
     assert decoded.table.column("v_max").null_count == 3
     assert decoded.table.column("v_sum").to_pylist() == [0.0, 0.5, 1.0]
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [("messages without aggregate column(s) ['v_max']: counted as null there "
+                      "(docs/reliability.md, schema evolution)")]
+
+
+def test_a_message_without_rows_does_not_fix_the_plan() -> None:
+    dec = decoder()
+    other = pa.table({"unrelated": pa.array([], pa.int64())})  # a worker's warm-up message
+    first = dec.decode(encode_ipc_stream(other), None)
+    assert first.table.num_rows == 0
+    assert first.max_event_ms is None
+    assert dec.plan is None
+    fixed = dec.decode(encode_ipc_stream(table()), None)
+    assert fixed.table.schema.names == PLAN_COLUMNS  # the plan came from the real rows
 
 
 def test_a_string_where_a_number_was_is_rejected_even_if_it_parses() -> None:

@@ -214,7 +214,11 @@ def test_late_rows_are_returned_counted_and_not_aggregated() -> None:
     on_time: list[Row] = [("a", 1_000, 4.0, 1, 4.0)]
     late = feed(engine, P0, 1, [*late_rows, *on_time], now_ms=2)
     assert late is not None
-    expected_late = frame(late_rows).with_columns(window_start=pl.lit(0, pl.Int64))
+    # Each late row says which of the poll's messages it came from (its index: 0, the
+    # only one) and which window it missed.
+    expected_late = frame(late_rows).with_columns(
+        __message=pl.lit(0, pl.Int64), window_start=pl.lit(0, pl.Int64),
+        window_end=pl.lit(1_000, pl.Int64))
     assert_frame_equal(late, expected_late)
     assert engine.late_rows == 2
     assert engine.skipped_replayed_rows == 0

@@ -1,0 +1,71 @@
+"""scripts/kafka-local without a broker: what a cluster's nodes are configured with."""
+
+from __future__ import annotations
+
+import base64
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.conftest import KAFKA_LOCAL
+
+LoadScript = Callable[[Path | None], ModuleType]
+
+
+@pytest.fixture
+def load_script(monkeypatch: pytest.MonkeyPatch) -> LoadScript:
+    """The script as a module, its state directory the default one (None) or another."""
+
+    def load(state_dir: Path | None) -> ModuleType:
+        if state_dir is None:
+            monkeypatch.delenv("KAFKA_LOCAL_DIR", raising=False)
+        else:
+            monkeypatch.setenv("KAFKA_LOCAL_DIR", str(state_dir))
+        loader = importlib.machinery.SourceFileLoader("kafka_local", str(KAFKA_LOCAL))
+        spec = importlib.util.spec_from_loader("kafka_local", loader)
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, "kafka_local", module)  # for its dataclasses
+        loader.exec_module(module)
+        return module
+
+    return load
+
+
+def test_a_cluster_replicates_three_ways_under_one_quorum(
+    load_script: LoadScript, tmp_path: Path,
+) -> None:
+    script = load_script(tmp_path)
+    nodes = script.cluster_nodes(3)
+    ports = [script.Ports(19000 + i, 19100 + i) for i in range(3)]
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{p.controller}"
+                      for n, p in zip(nodes, ports, strict=True))
+    for node, node_ports in zip(nodes, ports, strict=True):
+        script.write_config(node, node_ports, quorum={"controller.quorum.voters": voters},
+                            replicas=3)
+    configs = [dict(line.split("=", 1) for line in node.config.read_text().splitlines())
+               for node in nodes]
+    assert [c["node.id"] for c in configs] == ["1", "2", "3"]
+    assert {c["controller.quorum.voters"] for c in configs} == {voters}
+    assert [c["log.dirs"] for c in configs] == [str(tmp_path / f"node-{i}" / "data")
+                                                for i in (1, 2, 3)]
+    for config in configs:
+        assert config["default.replication.factor"] == "3"
+        assert config["offsets.topic.replication.factor"] == "3"
+        assert config["transaction.state.log.replication.factor"] == "3"
+        assert config["min.insync.replicas"] == "2"
+        assert config["transaction.state.log.min.isr"] == "2"
+
+
+def test_cluster_ids_are_what_kafka_storage_accepts(load_script: LoadScript) -> None:
+    script = load_script(None)
+    for _ in range(200):
+        cluster_id = script.new_cluster_id()
+        assert len(cluster_id) == 22
+        assert not cluster_id.startswith("-")
+        assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16

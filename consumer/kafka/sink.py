@@ -54,8 +54,13 @@ def _produce_all(producer: Producer, records: Sequence[OutputRecord],
     for record in records:
         while True:
             try:
-                producer.produce(record.topic, record.value, record.key,
-                                 headers=list(record.headers), on_delivery=tracker)
+                if record.partition is None:
+                    producer.produce(record.topic, record.value, record.key,
+                                     headers=list(record.headers), on_delivery=tracker)
+                else:
+                    producer.produce(record.topic, record.value, record.key,
+                                     partition=record.partition,
+                                     headers=list(record.headers), on_delivery=tracker)
                 break
             except BufferError:
                 producer.poll(0.1)  # the local queue is full: let deliveries drain

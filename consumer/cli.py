@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("--from-beginning", action="store_true",
                       help="start at the topic's beginning instead of its end")
     tail.add_argument("--max-windows", type=int, help="stop after this many messages")
+    tail.add_argument("--complete", action="store_true",
+                      help="show each window once, whole: all its chunks, revisions and "
+                           "(scale-out) parts, when the last has arrived")
     tail.add_argument("--idle-timeout-s", type=float, default=float("inf"),
                       help="stop when nothing arrived for this long (default: never)")
     return parser
@@ -132,7 +135,7 @@ def _tail(args: argparse.Namespace) -> int:
     idle = None if args.idle_timeout_s == float("inf") else args.idle_timeout_s
     windows = read_output(args.bootstrap_servers, args.topic, from_beginning=args.from_beginning,
                           idle_timeout_s=idle if idle is not None else 10**9,
-                          max_windows=args.max_windows)
+                          max_windows=args.max_windows, complete=args.complete)
     try:
         for window in windows:
             print_window(window, sys.stdout)

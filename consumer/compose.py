@@ -12,13 +12,24 @@ from consumer.config import Settings
 from consumer.core.budget import GroupBudget
 from consumer.core.decode import Decoder
 from consumer.core.dlq import DlqLimit
+from consumer.core.emit import Routes
 from consumer.core.engine.base import WindowEngine
 from consumer.core.engine.count import CountWindowEngine
 from consumer.core.engine.time import TimeWindowEngine
-from consumer.core.pipeline import Pipeline, Routes
+from consumer.core.pipeline import Pipeline, PollPipeline
 from consumer.core.plan import AggregationPlan, derive_plan
+from consumer.core.stage_one import PartialWindows
+from consumer.core.stage_two import StageTwo
+from consumer.core.two_stage import TwoStagePipeline
+from consumer.core.types import PartitionKey
 from consumer.core.windows import WindowSpec
-from consumer.kafka.clients import consumer_config, producer_config
+from consumer.kafka.clients import (
+    consumer_config,
+    ensure_repartition_topic,
+    instance_id,
+    producer_config,
+    topic_partitions,
+)
 from consumer.kafka.processor import StreamProcessor
 from consumer.kafka.sink import AtLeastOnceSink, OutputSink, TransactionalSink
 from consumer.service.observer import NullObserver, ProcessorObserver
@@ -26,7 +37,8 @@ from wire.input import DecodeLimits
 
 
 def build_pipeline(settings: Settings) -> Pipeline:
-    """The per-poll pipeline the settings describe."""
+    """The per-poll pipeline the settings describe (one instance, or stage 1 of the
+    scale-out: see build_two_stages)."""
     inputs, output, limit = settings.input, settings.output, settings.dlq_limit
     decoder = Decoder(
         lambda schema: plan_for(settings, schema),
@@ -37,8 +49,14 @@ def build_pipeline(settings: Settings) -> Pipeline:
     routes = Routes(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
                     dlq_topic=output.dlq_topic, output_format=output.format,
                     compression=output.compression, max_message_bytes=output.max_message_bytes)
+    scale_out = settings.scale_out
+    emitter = None if scale_out is None else PartialWindows(
+        scale_out.repartition_topic, scale_out.partitions,
+        writer=instance_id(settings.processing), compression=output.compression,
+        max_message_bytes=output.max_message_bytes)
     return Pipeline(
         decoder, lambda plan, time_dtype: build_engine(settings, plan, time_dtype), routes,
+        emitter=emitter, idle_timeout_ms=settings.window.idle_timeout_ms,
         dlq_limit=DlqLimit(max_invalid_ratio=limit.max_invalid_ratio,
                            window_messages=limit.window_messages,
                            max_consecutive_invalid=limit.max_consecutive_invalid),
@@ -47,6 +65,21 @@ def build_pipeline(settings: Settings) -> Pipeline:
         # Count windows number their windows: their frontier is no time to bound.
         max_future_ms=None if settings.window.kind == "count" else settings.window.max_future_ms,
     )
+
+
+def build_two_stages(settings: Settings, inputs: set[PartitionKey]) -> TwoStagePipeline:
+    """Both stages of the scale-out; ``inputs``: the input partitions there are now."""
+    assert settings.scale_out is not None  # noqa: S101 - called only with a scale_out section
+    stage_one = build_pipeline(settings)
+    output = settings.output
+    routes = Routes(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
+                    output_format=output.format, compression=output.compression,
+                    max_message_bytes=output.max_message_bytes)
+    stage_two = StageTwo(routes, partitions=settings.scale_out.partitions, inputs=inputs,
+                         merge_every=settings.processing.merge_every_batches,
+                         counters=stage_one.counters)
+    return TwoStagePipeline(stage_one, stage_two, settings.scale_out.repartition_topic,
+                            commit_interval_ms=settings.processing.commit_interval_ms)
 
 
 def plan_for(settings: Settings, schema: pa.Schema) -> AggregationPlan:
@@ -69,7 +102,7 @@ def build_engine(settings: Settings, plan: AggregationPlan,
         plan, WindowSpec(window.size_ms, window.step_ms or window.size_ms),
         event_time=window.time == "event", time_dtype=time_dtype,
         allowed_lateness_ms=window.allowed_lateness_ms, idle_timeout_ms=window.idle_timeout_ms,
-        merge_every=processing.merge_every_batches)
+        merge_every=processing.merge_every_batches, partials=settings.scale_out is not None)
 
 
 def build_processor(settings: Settings, observer: ProcessorObserver | None = None, *,
@@ -80,9 +113,16 @@ def build_processor(settings: Settings, observer: ProcessorObserver | None = Non
     if settings.service.statistics_interval_ms:
         config["statistics.interval.ms"] = settings.service.statistics_interval_ms
         config["stats_cb"] = observer.statistics
-    return StreamProcessor(Consumer(config), sink or build_sink(settings),
-                           build_pipeline(settings), topics=settings.input.topics,
-                           processing=settings.processing, observer=observer)
+    topics = list(settings.input.topics)
+    pipeline: PollPipeline
+    if settings.scale_out is None:
+        pipeline = build_pipeline(settings)
+    else:
+        ensure_repartition_topic(settings.kafka, settings.scale_out)
+        pipeline = build_two_stages(settings, topic_partitions(settings.kafka, topics))
+        topics.append(settings.scale_out.repartition_topic)
+    return StreamProcessor(Consumer(config), sink or build_sink(settings), pipeline,
+                           topics=topics, processing=settings.processing, observer=observer)
 
 
 def build_sink(settings: Settings) -> OutputSink:

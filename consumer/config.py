@@ -193,6 +193,20 @@ class LoggingSettings(_Section):
     format: Literal["text", "json"] = "text"
 
 
+class ScaleOutSettings(_Section):
+    """Two-stage scale-out (docs/design.md, "Scale-out"): every instance pre-aggregates its
+    input partitions into partial states, sent by a hash of the group keys to the
+    repartition topic; every instance merges the repartition partitions it owns and
+    emits a window when every input partition is past it. Start more identical
+    instances to scale; the output has one row per (window, keys)."""
+
+    repartition_topic: str = Field(min_length=1)
+    # Created with this many partitions when missing: stage 2's parallelism (at most one
+    # busy instance per partition). Keep it at least the number of instances.
+    partitions: PositiveInt = 12
+    replication_factor: PositiveInt | None = None  # None: the broker's default
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         frozen=True, extra="forbid", env_prefix="ARROWAGG_", env_nested_delimiter="__",
@@ -207,6 +221,21 @@ class Settings(BaseSettings):
     dlq_limit: DlqLimitSettings = Field(default_factory=DlqLimitSettings)
     service: ServiceSettings = Field(default_factory=ServiceSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    scale_out: ScaleOutSettings | None = None  # None: each instance emits its own windows
+
+    @model_validator(mode="after")
+    def _scale_out_fits(self) -> Self:
+        if self.scale_out is None:
+            return self
+        if self.window.kind == "count":
+            raise ValueError("scale_out needs time windows: count windows count each "
+                             "instance's messages, which no two instances share")
+        taken = {*self.input.topics, self.output.topic, self.output.late_topic,
+                 self.output.dlq_topic}
+        if self.scale_out.repartition_topic in taken:
+            raise ValueError(f"scale_out.repartition_topic {self.scale_out.repartition_topic!r} "
+                             "is already used as an input or output topic")
+        return self
 
     @classmethod
     def settings_customise_sources(

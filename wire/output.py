@@ -31,6 +31,12 @@ HEADER_WINDOW_END = "arrowagg.window-end"
 HEADER_FINAL = "arrowagg.final"
 HEADER_REVISION = "arrowagg.revision"
 HEADER_WINDOW_ROWS = "arrowagg.window-rows"
+# Scale-out only: which part of the window (one per repartition partition) a message is,
+# and the end-of-window marker each part ends with.
+HEADER_PART = "arrowagg.part"
+HEADER_END_OF_WINDOW = "arrowagg.end-of-window"
+HEADER_PART_ROWS = "arrowagg.part-rows"
+HEADER_PART_MESSAGES = "arrowagg.part-messages"
 
 OutputFormat = Literal["arrow", "json"]
 
@@ -57,11 +63,26 @@ class OutputWindow:
     window_rows: int
     chunk: tuple[int, int]
     frame: pl.DataFrame
+    part: tuple[int, int] | None = None  # (k, n): scale-out's part k of n, 1-based
+
+
+@dataclass(frozen=True)
+class WindowEnd:
+    """An end-of-window marker (scale-out): part ``k`` of ``n`` of the window is complete,
+    with ``rows`` result rows in ``messages`` messages, from ``input_rows`` input rows."""
+
+    start_ms: int
+    end_ms: int
+    part: tuple[int, int]
+    rows: int
+    messages: int
+    input_rows: int
 
 
 def encode_window(
     frame: pl.DataFrame, *, start_ms: int, end_ms: int, input_rows: int, fmt: OutputFormat,
     compression: Compression, max_bytes: int, revision: int = 0, final: bool = True,
+    part: tuple[int, int] | None = None,
 ) -> list[OutputMessage]:
     """Encode one window's result ``frame`` (window_start, window_end, keys, aggregates,
     row_count) into one or more messages of at most ``max_bytes``; ``input_rows`` is the
@@ -83,6 +104,8 @@ def encode_window(
         (HEADER_REVISION, str(revision).encode()),
         (HEADER_WINDOW_ROWS, str(input_rows).encode()),
     ]
+    if part is not None:
+        base.append((HEADER_PART, f"{part[0]}/{part[1]}".encode()))
     key = str(start_ms).encode()
     return [
         OutputMessage(key, value, [*base, (HEADER_CHUNK, f"{i}/{len(values)}".encode())])
@@ -116,17 +139,51 @@ def _json_ready(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(stamps) if stamps else frame
 
 
+def encode_window_end(end: WindowEnd) -> OutputMessage:
+    """The marker that closes part ``end.part`` of a window (no value)."""
+    headers = [
+        (HEADER_END_OF_WINDOW, b"true"),
+        (HEADER_WINDOW_START, str(end.start_ms).encode()),
+        (HEADER_WINDOW_END, str(end.end_ms).encode()),
+        (HEADER_PART, f"{end.part[0]}/{end.part[1]}".encode()),
+        (HEADER_PART_ROWS, str(end.rows).encode()),
+        (HEADER_PART_MESSAGES, str(end.messages).encode()),
+        (HEADER_WINDOW_ROWS, str(end.input_rows).encode()),
+    ]
+    return OutputMessage(str(end.start_ms).encode(), b"", headers)
+
+
+def decode_message(value: bytes | None, headers: Headers) -> OutputWindow | WindowEnd:
+    """Decode any output message: a window's results (or a chunk), or an end marker."""
+    found = _text_headers(headers)
+    if found.get(HEADER_END_OF_WINDOW) != "true":
+        return decode_output(value, headers)
+    try:
+        k, _, n = found[HEADER_PART].partition("/")
+        return WindowEnd(int(found[HEADER_WINDOW_START]), int(found[HEADER_WINDOW_END]),
+                         (int(k), int(n)), int(found[HEADER_PART_ROWS]),
+                         int(found[HEADER_PART_MESSAGES]), int(found[HEADER_WINDOW_ROWS]))
+    except (KeyError, ValueError) as err:
+        raise OutputFormatError(f"malformed end-of-window marker (headers: {err})") from err
+
+
+def _text_headers(headers: Headers) -> dict[str, str]:
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or []
+    return {name: raw.decode(errors="replace") if isinstance(raw, bytes) else raw or ""
+            for name, raw in pairs}
+
+
 def decode_output(value: bytes | None, headers: Headers) -> OutputWindow:
     """Decode one output message (Arrow or JSON lines) into an ``OutputWindow``."""
-    pairs = headers.items() if isinstance(headers, Mapping) else headers or []
-    found = {name: raw.decode(errors="replace") if isinstance(raw, bytes) else raw or ""
-             for name, raw in pairs}
+    found = _text_headers(headers)
     try:
         start = int(found[HEADER_WINDOW_START])
         end = int(found[HEADER_WINDOW_END])
         chunk_no, _, chunks = found.get(HEADER_CHUNK, "1/1").partition("/")
         meta = (found.get(HEADER_FINAL) == "true", int(found.get(HEADER_REVISION, "0")),
                 int(found.get(HEADER_WINDOW_ROWS, "0")), (int(chunk_no), int(chunks)))
+        k, _, n = found.get(HEADER_PART, "").partition("/")
+        part = (int(k), int(n)) if n else None
     except (KeyError, ValueError) as err:
         raise OutputFormatError(f"not an arrowagg output message (headers: {err})") from err
     if found.get(HEADER_CONTENT_TYPE) == CONTENT_TYPE_JSON:
@@ -134,4 +191,4 @@ def decode_output(value: bytes | None, headers: Headers) -> OutputWindow:
     else:
         table = decode_ipc_stream(value)
         frame = pl.DataFrame(pa.Table.from_batches(table.to_batches(), table.schema))
-    return OutputWindow(start, end, *meta, frame=frame)
+    return OutputWindow(start, end, *meta, frame=frame, part=part)

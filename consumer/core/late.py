@@ -18,6 +18,7 @@ from consumer.core.types import (
     MESSAGE_INDEX,
     WINDOW_END,
     WINDOW_START,
+    ClosedWindow,
     MessageRef,
     OutputRecord,
 )
@@ -51,3 +52,19 @@ def late_records(late: pl.DataFrame, refs: Sequence[MessageRef], *, topic: str,
                                  [*origin, (HEADER_CHUNK, f"{i}/{len(pieces)}".encode())])
                     for i, value in enumerate(pieces, start=1)]
     return records
+
+
+def late_aggregate_records(late: ClosedWindow, *, topic: str, compression: Compression,
+                           max_bytes: int) -> list[OutputRecord]:
+    """Scale-out only: partial states of a window stage 2 had already emitted (an input
+    partition added while running, say), finalized: the aggregates of the late rows per
+    group, which were not in the window's results."""
+    pieces = encode_for_size(late.frame.to_arrow(), max_bytes=max_bytes,
+                             compression=compression)
+    headers = [(HEADER_CONTENT_TYPE, CONTENT_TYPE.encode()),
+               (HEADER_PREFIX + "kind", b"aggregate"),
+               (HEADER_WINDOW_START, str(late.start_ms).encode()),
+               (HEADER_WINDOW_END, str(late.end_ms).encode())]
+    return [OutputRecord(topic, str(late.start_ms).encode(), value,
+                         [*headers, (HEADER_CHUNK, f"{i}/{len(pieces)}".encode())])
+            for i, value in enumerate(pieces, start=1)]

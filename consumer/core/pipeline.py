@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Protocol
 
 import polars as pl
 import pyarrow as pa
@@ -25,6 +26,7 @@ import pyarrow as pa
 from consumer.core.budget import GroupBudget
 from consumer.core.decode import DecodedMessage, Decoder, RejectedMessageError, poll_frame
 from consumer.core.dlq import DlqLimit, dead_letter, dead_rows
+from consumer.core.emit import FinalWindows, Routes, WindowEmitter
 from consumer.core.engine.base import UnplannedEngine, WindowEngine
 from consumer.core.future import REASON as FUTURE
 from consumer.core.future import split_future, without_future_progress
@@ -39,27 +41,12 @@ from consumer.core.types import (
     PartitionKey,
     partition_names,
 )
-from wire.input import Compression
-from wire.output import OutputFormat, encode_window
 
 log = logging.getLogger(__name__)
 
 # Builds the real engine once the first valid message has fixed the plan; the second
 # argument is the Polars type of the event-time column (None for processing time).
 EngineFactory = Callable[[AggregationPlan, pl.DataType | None], WindowEngine]
-
-
-@dataclass(frozen=True)
-class Routes:
-    """Where records go and how windows are encoded."""
-
-    output_topic: str
-    group_id: str
-    late_topic: str | None = None
-    dlq_topic: str | None = None
-    output_format: OutputFormat = "arrow"
-    compression: Compression = "zstd"
-    max_message_bytes: int = 1_000_000
 
 
 @dataclass
@@ -111,6 +98,31 @@ class Flush:
     resume: list[PartitionKey] = field(default_factory=list)
 
 
+class PollPipeline(Protocol):
+    """What the run loop drives: ``Pipeline``, or both stages of the scale-out
+    (consumer/core/two_stage.py)."""
+
+    counters: Counters
+
+    def assign(self, partition: PartitionKey, committed: int | None,
+               metadata: CommitMetadata | None, now_ms: int) -> None: ...
+    def revoke(self, partition: PartitionKey) -> None: ...
+    def restart(self, committed: Mapping[PartitionKey, tuple[int | None, CommitMetadata | None]],
+                now_ms: int) -> tuple[dict[PartitionKey, int | None], list[PartitionKey]]: ...
+    def keep_alive(self, partitions: Iterable[PartitionKey], now_ms: int) -> None: ...
+    def process(self, messages: Sequence[InputMessage], now_ms: int) -> Processed: ...
+    def flush(self, now_ms: int, *, force: bool = False) -> Flush: ...
+    def committed(self, flush: Flush, now_ms: int) -> None: ...
+    def assigned(self) -> dict[PartitionKey, int | None]: ...
+    def replaying(self) -> bool: ...
+    def open_windows(self) -> int: ...
+    def groups(self) -> int: ...
+    def pending_records(self) -> int: ...
+    def paused(self) -> int: ...
+    def waiting_windows(self) -> int: ...
+    def holding_back(self) -> list[PartitionKey]: ...
+
+
 @dataclass
 class _Assignment:
     committed: int | None
@@ -126,9 +138,13 @@ class _Assignment:
 class Pipeline:
     def __init__(self, decoder: Decoder, build_engine: EngineFactory, routes: Routes, *,
                  dlq_limit: DlqLimit, budget: GroupBudget, commit_interval_ms: int,
-                 max_future_ms: int | None = None) -> None:
+                 max_future_ms: int | None = None, emitter: WindowEmitter | None = None,
+                 idle_timeout_ms: int | None = None) -> None:
         """``max_future_ms``: rows with event times after the wall clock plus this are
-        dead-lettered (consumer/core/future.py); None: no bound."""
+        dead-lettered (consumer/core/future.py); None: no bound. ``emitter``: what
+        closed windows become (default: results on the output topic).
+        ``idle_timeout_ms``: when a partition without data counts as idle before the plan
+        is known (progress reports only)."""
         self._decoder = decoder
         self._build_engine = build_engine
         self._routes = routes
@@ -136,7 +152,9 @@ class Pipeline:
         self._budget = budget
         self._commit_interval_ms = commit_interval_ms
         self._max_future_ms = max_future_ms
-        self._engine: WindowEngine = UnplannedEngine()
+        self._emitter = emitter or FinalWindows(routes)
+        self._idle_timeout_ms = idle_timeout_ms
+        self._engine: WindowEngine = UnplannedEngine(idle_timeout_ms=idle_timeout_ms)
         self._assigned: dict[PartitionKey, _Assignment] = {}
         self._pending: list[OutputRecord] = []  # built, not yet committed
         self._last_commit_ms: int | None = None
@@ -166,7 +184,7 @@ class Pipeline:
         """
         self._pending.clear()
         released = self._budget.release_all()
-        self._engine = UnplannedEngine()
+        self._engine = UnplannedEngine(idle_timeout_ms=self._idle_timeout_ms)
         targets: dict[PartitionKey, int | None] = {}
         for partition, (offset, metadata) in committed.items():
             known = self._assigned.setdefault(partition, _Assignment(None, None))
@@ -300,14 +318,20 @@ class Pipeline:
         closed = self._engine.close_due(now_ms)
         pause, resume, early = self._keep_to_budget(now_ms)
         closed += early
+        plan = self._decoder.plan
         for window in closed:
-            self._pending += self._window_records(window)
+            assert plan is not None  # noqa: S101 - windows exist only once a plan does
+            self._pending += self._emitter.window_records(window, plan)
         offsets = self._engine.commit_points()
         if self._last_commit_ms is None:
             self._last_commit_ms = now_ms  # the interval counts from the first turn
         interval_due = now_ms - self._last_commit_ms >= self._commit_interval_ms
         commit = bool(closed or self._pending or force or (interval_due and offsets))
-        return Flush(commit, list(self._pending), offsets, closed, pause, resume)
+        if commit or interval_due:
+            self._pending += self._emitter.progress_records(self._engine.frontiers(now_ms),
+                                                            closed)
+        return Flush(commit or bool(self._pending), list(self._pending), offsets, closed,
+                     pause, resume)
 
     def committed(self, flush: Flush, now_ms: int) -> None:
         """``flush``'s records and offsets are committed: forget them, move on."""
@@ -318,15 +342,6 @@ class Pipeline:
         for partition, point in flush.offsets.items():
             if (assignment := self._assigned.get(partition)) is not None:
                 assignment.committed, assignment.metadata = point.offset, point.metadata
-
-    def _window_records(self, window: ClosedWindow) -> list[OutputRecord]:
-        routes = self._routes
-        messages = encode_window(
-            window.frame, start_ms=window.start_ms, end_ms=window.end_ms,
-            input_rows=window.input_rows, fmt=routes.output_format,
-            compression=routes.compression, max_bytes=routes.max_message_bytes,
-            revision=window.revision, final=window.final)
-        return [OutputRecord(routes.output_topic, m.key, m.value, m.headers) for m in messages]
 
     def _keep_to_budget(self, now_ms: int,
                         ) -> tuple[list[PartitionKey], list[PartitionKey], list[ClosedWindow]]:
@@ -365,6 +380,13 @@ class Pipeline:
 
     def paused(self) -> int:
         return len(self._budget.paused)
+
+    def waiting_windows(self) -> int:
+        """Windows held for completeness elsewhere: none, on one instance."""
+        return 0
+
+    def holding_back(self) -> list[PartitionKey]:
+        return []
 
 
 def _iso(epoch_ms: int) -> str:

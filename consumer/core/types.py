@@ -60,6 +60,7 @@ class OutputRecord:
     key: bytes | None
     value: bytes | None
     headers: HeaderPairs
+    partition: int | None = None  # None: the producer's partitioner chooses (by key)
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,13 @@ state per batch would cost O(groups) each time for no gain.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
-from consumer.core.types import WINDOW_END, WINDOW_START, ClosedWindow
+from consumer.core.types import ROW_COUNT, ROWS, WINDOW_END, WINDOW_START, ClosedWindow
 
 
 @dataclass(frozen=True)
@@ -37,19 +38,26 @@ class _Part:
 
 
 class WindowStore:
-    def __init__(self, aggregator: PartialAggregator, *, merge_every: int) -> None:
+    def __init__(self, aggregator: PartialAggregator, *, merge_every: int,
+                 finalize: bool = True) -> None:
+        """``finalize``: closed windows hold results; otherwise they hold the merged
+        partial state itself (stage 1 of the scale-out sends it on to be merged)."""
         self._aggregator = aggregator
         self._merge_every = merge_every
+        self._finalize = finalize
         self._pending: list[_Part] = []
         self._state: _Part | None = None
         self._ends: dict[int, int] = {}  # open window start -> end
 
-    def add(self, partial: pl.DataFrame, ends: dict[int, int]) -> None:
-        """Add the partial state that the aggregator's partial() has just returned;
-        ``ends`` maps each window start it holds to its end."""
+    def add(self, partial: pl.DataFrame, ends: dict[int, int], *,
+            grouped: bool | None = None) -> None:
+        """Add a partial state; ``ends`` maps each window start it holds to its end.
+        ``grouped`` (each group at most once): by default, whether the aggregator's last
+        partial() grouped its batch, for the state it has just returned."""
         if partial.height == 0:
             return
-        grouped = self._aggregator.last_partial_grouped
+        if grouped is None:
+            grouped = self._aggregator.last_partial_grouped
         self._pending.append(_Part(partial, frozenset(ends), grouped))
         self._ends.update(ends)
         if len(self._pending) >= self._merge_every:
@@ -103,10 +111,14 @@ class WindowStore:
             closing += [closed_part] if closed_part is not None else []
             kept += [open_part] if open_part is not None and open_part.frame.height else []
         self._pending = kept
-        results = self._aggregator.finalize(_merged(self._aggregator, closing).frame)
-        return self._closed_windows(starts, results)
+        merged = _merged(self._aggregator, closing).frame
+        if not self._finalize:
+            return self._closed_windows(starts, merged, _closed_state)
+        return self._closed_windows(starts, self._aggregator.finalize(merged), _closed)
 
-    def _closed_windows(self, starts: list[int], results: pl.DataFrame) -> list[ClosedWindow]:
+    def _closed_windows(self, starts: list[int], results: pl.DataFrame,
+                        closed_window: Callable[[int, int, pl.DataFrame], ClosedWindow],
+                        ) -> list[ClosedWindow]:
         if len(starts) == 1:  # the usual case: no need to split (and copy) the result
             by_start = {(starts[0],): results} if results.height else {}
         else:
@@ -114,7 +126,7 @@ class WindowStore:
         closed = []
         for (start,), frame in by_start.items():
             end = self._ends.pop(int(start))
-            closed.append(_closed(int(start), end, frame))
+            closed.append(closed_window(int(start), end, frame))
         for start in starts:
             self._ends.pop(start, None)  # a window whose groups were all empty
         return sorted(closed, key=lambda w: w.start_ms)
@@ -134,4 +146,9 @@ def _closed(start_ms: int, end_ms: int, frame: pl.DataFrame) -> ClosedWindow:
     ]
     rest = [c for c in frame.columns if c != WINDOW_START]
     result = frame.select(*window_cols, *rest)
-    return ClosedWindow(start_ms, end_ms, result, int(result["row_count"].sum()))
+    return ClosedWindow(start_ms, end_ms, result, int(result[ROW_COUNT].sum()))
+
+
+def _closed_state(start_ms: int, end_ms: int, state: pl.DataFrame) -> ClosedWindow:
+    """A window's merged partial state, as it is (window_start stays epoch ms)."""
+    return ClosedWindow(start_ms, end_ms, state, int(state[ROWS].sum()))

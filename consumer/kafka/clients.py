@@ -15,8 +15,9 @@ from typing import Any, Literal, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
-from consumer.config import KafkaSettings, ProcessingSettings, SecuritySettings
+from consumer.config import KafkaSettings, ProcessingSettings, ScaleOutSettings, SecuritySettings
 from wire.errors import ArrowaggError
 
 log = logging.getLogger(__name__)
@@ -196,3 +197,52 @@ def _admin_keys(kafka: KafkaSettings) -> dict[str, Any]:
     # Security settings apply to every client; consumer-only keys would be rejected.
     return {k: v for k, v in kafka.consumer.items()
             if k.startswith(("security.", "sasl.", "ssl."))}
+
+
+def _admin(kafka: KafkaSettings, errors: list[KafkaError]) -> AdminClient:
+    config: dict[str, Any] = {**_common(kafka), **_admin_keys(kafka), "log_level": 0,
+                              "error_cb": errors.append}
+    return AdminClient(config)
+
+
+def ensure_repartition_topic(kafka: KafkaSettings, scale_out: ScaleOutSettings, *,
+                             timeout_s: float = 10.0) -> None:
+    """Create the scale-out's repartition topic when it is missing; one line when it
+    exists with another partition count (its partitions are the hash's buckets: changing
+    them would send a group's partials to two places)."""
+    errors: list[KafkaError] = []
+    admin = _admin(kafka, errors)
+    name, wanted = scale_out.repartition_topic, scale_out.partitions
+    try:
+        topics = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise KafkaSetupError(_unreachable(kafka, timeout_s, exc.args[0], errors)) from exc
+    if name in topics:
+        have = len(topics[name].partitions)
+        if have != wanted:
+            raise KafkaSetupError(
+                f"scale_out.repartition_topic {name!r} has {have} partitions, the config "
+                f"says {wanted}; set scale_out.partitions to {have}, or drain it (stop "
+                "every instance once its lag is 0) and delete it")
+        return
+    replication = scale_out.replication_factor or -1  # -1: the broker's default
+    future = admin.create_topics([NewTopic(name, num_partitions=wanted,
+                                           replication_factor=replication)])[name]
+    try:
+        future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # another instance won
+            raise KafkaSetupError(f"cannot create {name!r}: {exc.args[0].str()}") from exc
+    log.info("created the repartition topic %s with %d partitions", name, wanted)
+
+
+def topic_partitions(kafka: KafkaSettings, topics: list[str], *,
+                     timeout_s: float = 10.0) -> set[tuple[str, int]]:
+    """Every (topic, partition) of ``topics``, as the broker lists them now."""
+    errors: list[KafkaError] = []
+    try:
+        metadata = _admin(kafka, errors).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaSetupError(_unreachable(kafka, timeout_s, exc.args[0], errors)) from exc
+    return {(topic, partition) for topic in topics if topic in metadata.topics
+            for partition in metadata.topics[topic].partitions}

@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartitio
 
 from consumer.config import ProcessingSettings
 from consumer.core.offsets import CommitMetadata, CommitPoint
-from consumer.core.pipeline import Counters, Flush, Pipeline
+from consumer.core.pipeline import Counters, Flush, PollPipeline
 from consumer.core.types import InputMessage, PartitionKey, partition_names
 from consumer.kafka.clients import InputConsumer, take_batch
 from consumer.kafka.sink import AbortRequiredError, FatalKafkaError, OutputSink
@@ -57,7 +57,7 @@ class Progress:
 
 
 class StreamProcessor:
-    def __init__(self, consumer: InputConsumer, sink: OutputSink, pipeline: Pipeline, *,
+    def __init__(self, consumer: InputConsumer, sink: OutputSink, pipeline: PollPipeline, *,
                  topics: list[str], processing: ProcessingSettings,
                  observer: ProcessorObserver | None = None,
                  clock: Callable[[], int] = now_ms) -> None:
@@ -70,6 +70,7 @@ class StreamProcessor:
         self._clock = clock
         self._paused: set[PartitionKey] = set()  # for the memory budget (core/budget.py)
         self._rewind_needed = False
+        self._fatal: FatalKafkaError | None = None  # met inside a rebalance callback
         self._closing = False
         self._stop = False
         self.progress = Progress(0, Counters(), 0, 0, ready=False)
@@ -104,6 +105,8 @@ class StreamProcessor:
         processing = self._processing
         messages = take_batch(self._consumer, processing.poll_max_messages,
                               processing.poll_timeout_ms / 1000)
+        if self._fatal is not None:
+            raise self._fatal
         if self._rewind_needed:
             self._rewind()  # what this poll returned predates the rewind
             return
@@ -133,7 +136,13 @@ class StreamProcessor:
         self._observer.revoked([(tp.topic, tp.partition) for tp in partitions])
         self._observer.rebalanced()
         if not self._rewind_needed and not self._closing:
-            self._flush(force=True)  # commit what is done before the partitions go
+            try:
+                self._flush(force=True)  # commit what is done before the partitions go
+            except FatalKafkaError as err:
+                # Raised from the loop, never through librdkafka's callback: an exception
+                # left pending in the client broke the producer's flush on close (a
+                # SystemError and a traceback instead of the one line for a fenced zombie).
+                self._fatal = err
         self._forget(partitions)
         # Open windows hold rows of the revoked partitions, which their new owner replays:
         # rebuild ours from the committed offsets of what we keep.
@@ -247,6 +256,7 @@ class StreamProcessor:
         ready = self.is_ready()
         self._observer.state(open_windows=pipeline.open_windows(), groups=pipeline.groups(),
                              ready=ready, paused=pipeline.paused())
+        self._observer.completeness(pipeline.waiting_windows(), pipeline.holding_back())
         self.progress = Progress(self.progress.turns + 1, self.counters.copy(),
                                  pipeline.open_windows(), pipeline.pending_records(), ready)
 
@@ -270,7 +280,10 @@ class StreamProcessor:
         log.info("rewound %d partitions to their committed offsets", len(targets))
 
     def _client_error(self, error: KafkaError) -> None:
-        if error.fatal():
+        # A consumer's fatal error (a static member fenced by another with the same
+        # group.instance.id, say) arrives as an error event of code _FATAL, whose
+        # fatal() is False: left as a warning, it kept a dead consumer's daemon running.
+        if error.fatal() or error.code() == KafkaError._FATAL:
             raise FatalKafkaError(f"consumer: {error.str()}")
         log.warning("consumer error: %s", error.str())
 

@@ -54,8 +54,13 @@ def _produce_all(producer: Producer, records: Sequence[OutputRecord],
     for record in records:
         while True:
             try:
-                producer.produce(record.topic, record.value, record.key,
-                                 headers=list(record.headers), on_delivery=tracker)
+                if record.partition is None:
+                    producer.produce(record.topic, record.value, record.key,
+                                     headers=list(record.headers), on_delivery=tracker)
+                else:
+                    producer.produce(record.topic, record.value, record.key,
+                                     partition=record.partition,
+                                     headers=list(record.headers), on_delivery=tracker)
                 break
             except BufferError:
                 producer.poll(0.1)  # the local queue is full: let deliveries drain
@@ -67,6 +72,7 @@ class TransactionalSink:
         self._config = config
         self._init_timeout_s = init_timeout_s
         self._producer = self._new_producer()
+        self._failed: KafkaError | None = None  # the fatal error, once there is one
 
     def _new_producer(self) -> Producer:
         producer = Producer(self._config)
@@ -100,15 +106,24 @@ class TransactionalSink:
             log.warning("transaction commit timed out; re-creating the producer")
             self._producer = self._new_producer()
             raise AbortRequiredError(error.str()) from exc
+        self._failed = error
         raise FatalKafkaError(error.str()) from exc
 
     def _abort(self) -> None:
         try:
             self._producer.abort_transaction(30)
         except KafkaException as exc:
+            self._failed = exc.args[0]
             raise FatalKafkaError(f"abort failed: {exc.args[0].str()}") from exc
 
     def close(self) -> None:
+        if self._failed is not None:
+            # A fenced or otherwise failed producer has nothing left to deliver, and
+            # flushing it ran its delivery callbacks into a SystemError (seen when the
+            # fencing came inside a revoke callback): the error that stopped us is the
+            # one to report.
+            log.info("producer closed in a failed state: %s", self._failed.str())
+            return
         _close(self._producer)
 
 

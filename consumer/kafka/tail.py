@@ -11,17 +11,28 @@ from typing import TextIO
 import polars as pl
 from confluent_kafka import Consumer, Message
 
-from wire.output import OutputWindow, decode_output
+from wire.complete import WindowAssembler
+from wire.output import OutputWindow, decode_message
 
 
 def read_output(bootstrap_servers: str, topic: str, *, from_beginning: bool = True,
                 idle_timeout_s: float = 5.0, max_windows: int | None = None,
-                ) -> Iterator[OutputWindow]:
+                complete: bool = False) -> Iterator[OutputWindow]:
     """Yield output messages as ``OutputWindow``s (read_committed) until the topic has been
-    quiet for ``idle_timeout_s`` or ``max_windows`` messages were read."""
+    quiet for ``idle_timeout_s`` or ``max_windows`` messages were read.
+
+    ``complete``: yield each window once, whole, when all its messages are in (its
+    chunks, revisions and, with the scale-out, every part: wire/complete.py).
+    """
+    assembler = WindowAssembler()
     for message in _read(bootstrap_servers, [topic], from_beginning=from_beginning,
                          idle_timeout_s=idle_timeout_s, limit=max_windows):
-        yield decode_output(message.value(), message.headers())
+        decoded = decode_message(message.value(), message.headers())
+        if complete:
+            if (whole := assembler.add(decoded)) is not None:
+                yield whole
+        elif isinstance(decoded, OutputWindow):
+            yield decoded
 
 
 def _read(bootstrap_servers: str, topics: list[str], *, from_beginning: bool = True,

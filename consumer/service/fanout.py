@@ -102,6 +102,9 @@ class ServiceObserver:
                                                     ready=ready and not self._stopping,
                                                     paused=paused))
 
+    def completeness(self, waiting: int, holding_back: Sequence[PartitionKey]) -> None:
+        self._each("completeness", lambda part: part.completeness(waiting, holding_back))
+
     def statistics(self, stats_json: str) -> None:
         self._each("statistics", lambda part: part.statistics(stats_json))
 

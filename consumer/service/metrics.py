@@ -91,6 +91,13 @@ class Metrics(NullObserver):
             "the DLQ when output.dlq_topic is set), by reason", ("reason",), registry=registry)
         self.groups = Gauge("arrowagg_state_groups", "Distinct (window, keys) groups held",
                             registry=registry)
+        self.windows_waiting = Gauge(
+            "arrowagg_windows_waiting", "Scale-out: windows stage 2 holds until every input "
+            "partition is past them", registry=registry)
+        self.holding_back = Gauge(
+            "arrowagg_holding_back", "Scale-out: 1 for each input partition the waiting "
+            "windows wait for", _TP, registry=registry)
+        self._holding: set[PartitionKey] = set()
         self.paused_partitions = Gauge(
             "arrowagg_paused_partitions", "Input partitions paused to keep the groups held "
             "within input.max_groups", registry=registry)
@@ -171,6 +178,14 @@ class Metrics(NullObserver):
         self.groups.set(groups)
         self.paused_partitions.set(paused)
         self.ready.set(1 if ready else 0)
+
+    def completeness(self, waiting: int, holding_back: Sequence[PartitionKey]) -> None:
+        self.windows_waiting.set(waiting)
+        for key in self._holding - set(holding_back):
+            self.holding_back.remove(key[0], str(key[1]))
+        for key in holding_back:
+            self.holding_back.labels(key[0], str(key[1])).set(1)
+        self._holding = set(holding_back)
 
     def statistics(self, stats_json: str) -> None:
         # Only what this instance owns: librdkafka also lists partitions it merely knows.

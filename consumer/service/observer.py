@@ -39,6 +39,10 @@ class ProcessorObserver(Protocol):
     def statistics(self, stats_json: str) -> None:
         """librdkafka's statistics JSON (statistics.interval.ms)."""
 
+    def completeness(self, waiting: int, holding_back: Sequence[PartitionKey]) -> None:
+        """Scale-out, after every turn: windows stage 2 holds until every input partition
+        is past them, and the input partitions they wait for."""
+
 
 class NullObserver:
     def loop_turned(self, now_ms: int) -> None:
@@ -76,4 +80,7 @@ class NullObserver:
         pass
 
     def statistics(self, stats_json: str) -> None:
+        pass
+
+    def completeness(self, waiting: int, holding_back: Sequence[PartitionKey]) -> None:
         pass

@@ -1,4 +1,4 @@
-"""deploy/arrowagg.service: the keys the daemon relies on, and systemd's own verdict."""
+"""deploy/arrowagg@.service: the keys the daemon relies on, and systemd's own verdict."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from consumer.cli import _parser
 from consumer.config import ProcessingSettings
 from tests.conftest import REPO
 
-UNIT = REPO / "deploy" / "arrowagg.service"
+UNIT = REPO / "deploy" / "arrowagg@.service"
 Unit = dict[str, dict[str, list[str]]]
 
 
@@ -66,6 +66,13 @@ def test_exec_start_is_the_cli_the_tests_run() -> None:
     assert args.config == Path("/etc/arrowagg/config.yaml")
 
 
+def test_each_instance_of_the_template_has_a_stable_id_of_its_own() -> None:
+    """arrowagg@1, arrowagg@2...: the instance name goes into the instance id, which names
+    the static group member and the transactional.id."""
+    environment = parse_unit(UNIT.read_text())["Service"]["Environment"]
+    assert "ARROWAGG_PROCESSING__INSTANCE_ID=%H-%i" in environment
+
+
 def test_hardening() -> None:
     service = parse_unit(UNIT.read_text())["Service"]
     expected = {
@@ -93,14 +100,15 @@ def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
     tool = shutil.which("systemd-analyze")
     if tool is None:  # machines without systemd: the key checks above are the test
         return
-    copy = tmp_path / "arrowagg.service"
+    copy = tmp_path / "arrowagg@.service"
     copy.write_text(text.replace("/opt/arrowagg/bin/python", sys.executable))
-    result = subprocess.run([tool, "verify", str(copy)], capture_output=True, text=True,
+    instance = str(tmp_path / "arrowagg@1.service")  # verified as an instance of the template
+    result = subprocess.run([tool, "verify", instance], capture_output=True, text=True,
                             check=False, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == ""
-    bad = tmp_path / "arrowagg.service"
+    bad = tmp_path / "arrowagg@.service"
     bad.write_text(copy.read_text().replace("WatchdogSec=", "WatchdogSecs="))
-    flagged = subprocess.run([tool, "verify", str(bad)], capture_output=True, text=True,
+    flagged = subprocess.run([tool, "verify", instance], capture_output=True, text=True,
                              check=False, timeout=60)
     assert "Unknown key 'WatchdogSecs'" in flagged.stderr  # the check can fail

@@ -243,6 +243,13 @@ class PacedPublishing:
         if self._failure is not None:
             raise self._failure
 
+    def finish(self, timeout_s: float = 120.0) -> None:
+        """Wait until every batch is published."""
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), f"still publishing after {timeout_s}s"
+        if self._failure is not None:
+            raise self._failure
+
 
 def create_topics(admin: AdminClient, partitions: dict[str, int]) -> None:
     futures = admin.create_topics(

@@ -36,6 +36,9 @@ class WindowEngine(Protocol):
     def close_due(self, now_ms: int) -> list[ClosedWindow]: ...
     def emit_early(self, now_ms: int) -> list[ClosedWindow]: ...
     def commit_points(self) -> dict[PartitionKey, CommitPoint]: ...
+    def frontiers(self, now_ms: int) -> dict[PartitionKey, tuple[int | None, bool]]:
+        """Each assigned partition's emitted frontier, and whether it is idle."""
+
     def discard(self) -> None: ...
     def cardinality(self) -> int: ...
     def open_window_count(self) -> int: ...
@@ -46,27 +49,32 @@ class _HeldPartition:
     committed: int | None
     metadata: CommitMetadata | None
     skipped: list[int]
+    last_active_ms: int
 
 
 class UnplannedEngine:
     """The engine before any message has fixed the plan: it holds no window, and every
     message it hears of was rejected (dead-lettered), so it is done at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, idle_timeout_ms: int | None = None) -> None:
+        """``idle_timeout_ms``: a partition it has heard nothing of for this long is idle
+        (None: never), which the scale-out's progress reports say."""
+        self._idle_timeout_ms = idle_timeout_ms
         self._assigned: dict[PartitionKey, _HeldPartition] = {}
         self.late_rows = 0
         self.skipped_replayed_rows = 0
 
     def assign(self, partition: PartitionKey, committed: int | None,
-               metadata: CommitMetadata | None, now_ms: int) -> None:  # noqa: ARG002
-        self._assigned[partition] = _HeldPartition(committed, metadata, [])
+               metadata: CommitMetadata | None, now_ms: int) -> None:
+        self._assigned[partition] = _HeldPartition(committed, metadata, [], now_ms)
 
     def revoke(self, partition: PartitionKey) -> None:
         self._assigned.pop(partition, None)
 
-    def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None:  # noqa: ARG002
+    def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None:
         if (assignment := self._assigned.get(partition)) is not None:
             assignment.skipped.append(offset)
+            assignment.last_active_ms = now_ms
 
     def commit_points(self) -> dict[PartitionKey, CommitPoint]:
         """Past the rejected messages, keeping the earlier commit's frontier, so a restart
@@ -98,7 +106,14 @@ class UnplannedEngine:
             assignment.skipped.clear()  # replayed from the committed offset again
 
     def keep_alive(self, partition: PartitionKey, now_ms: int) -> None:
-        pass
+        if (assignment := self._assigned.get(partition)) is not None:
+            assignment.last_active_ms = now_ms
+
+    def frontiers(self, now_ms: int) -> dict[PartitionKey, tuple[int | None, bool]]:
+        timeout = self._idle_timeout_ms
+        return {partition: (None if a.metadata is None else a.metadata.frontier,
+                            timeout is not None and now_ms - a.last_active_ms >= timeout)
+                for partition, a in self._assigned.items()}
 
     def replaying(self, partition: PartitionKey) -> bool:  # noqa: ARG002
         return False

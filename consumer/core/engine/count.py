@@ -144,6 +144,11 @@ class CountWindowEngine:
                 points[partition] = point
         return points
 
+    def frontiers(self, now_ms: int) -> dict[PartitionKey, tuple[int | None, bool]]:  # noqa: ARG002
+        """Count windows number their windows: they report no time frontier (and the
+        scale-out does not take them)."""
+        return {}
+
     def discard(self) -> None:
         self._store.discard()
         self._ready.clear()

@@ -59,8 +59,10 @@ class TimeWindowEngine:
     def __init__(
         self, plan: AggregationPlan, spec: WindowSpec, *, event_time: bool,
         time_dtype: pl.DataType | None, allowed_lateness_ms: int, idle_timeout_ms: int,
-        merge_every: int,
+        merge_every: int, partials: bool = False,
     ) -> None:
+        """``partials``: closed windows hold their merged partial state instead of the
+        results (stage 1 of the scale-out; consumer/core/stage_one.py)."""
         if event_time and (plan.time_column is None or time_dtype is None):
             raise ValueError("event-time windows need the plan's time column and its dtype")
         self._plan = plan
@@ -68,7 +70,8 @@ class TimeWindowEngine:
         self._event_time = event_time
         self._time_dtype = time_dtype
         self._aggregator = PartialAggregator(plan, (WINDOW_START, *plan.keys))
-        self._store = WindowStore(self._aggregator, merge_every=merge_every)
+        self._store = WindowStore(self._aggregator, merge_every=merge_every,
+                                  finalize=not partials)
         self._offsets = OffsetTracker()
         self._watermarks = WatermarkTracker(
             allowed_lateness_ms=allowed_lateness_ms, idle_timeout_ms=idle_timeout_ms)
@@ -242,6 +245,28 @@ class TimeWindowEngine:
         self._closed_through = _later(self._closed_through, through_ms)
         for progress in self._progress.values():
             progress.frontier = _later(progress.frontier, through_ms)
+
+    # -- progress, for the scale-out's stage 1 -----------------------------------------
+
+    def frontiers(self, now_ms: int) -> dict[PartitionKey, tuple[int | None, bool]]:
+        """Each assigned partition's emitted frontier, and whether it is idle."""
+        return {partition: (progress.frontier, self._watermarks.idle(partition, now_ms))
+                for partition, progress in self._progress.items()}
+
+    def advance_idle(self, floor_ms: int, now_ms: int) -> None:
+        """Idle partitions stop holding the global frontier back: their frontier moves
+        up to ``floor_ms`` (where the live partitions elsewhere are), but stays below
+        every window still open here, which may hold their rows."""
+        ends = self._store.open_windows().values()
+        cap = min(floor_ms, min(ends) - 1) if ends else floor_ms
+        for partition, progress in self._progress.items():
+            if self._watermarks.idle(partition, now_ms) and not self.replaying(partition):
+                progress.frontier = _later(progress.frontier, cap)
+
+    def raise_floor(self, floor_ms: int) -> None:
+        """A partition assigned without a commit of its own starts at ``floor_ms`` at
+        least: windows ending there are complete elsewhere already."""
+        self._closed_through = _later(self._closed_through, floor_ms)
 
     def emit_early(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
         """Emit every open window as a non-final revision and start them afresh, so the

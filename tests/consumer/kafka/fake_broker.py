@@ -14,6 +14,7 @@ assign / revoke / lost / abort / rewind / fenced paths fast and exact to test.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -75,6 +76,7 @@ class FakeConsumer:
         self.paused: set[PartitionKey] = set()
         self.seeks: list[tuple[PartitionKey, int]] = []
         self.closed = False
+        self.callback_errors: list[BaseException] = []
         # Set to deliver messages of paused partitions anyway, as librdkafka may for
         # messages it had queued before the pause took effect.
         self.leak_paused = False
@@ -120,7 +122,13 @@ class FakeConsumer:
                     start = self.broker.committed_offset(tp.topic, tp.partition)
                     self.positions[(tp.topic, tp.partition)] = start or 0
             if callback is not None:
-                callback(self, event.partitions)
+                try:
+                    callback(self, event.partitions)
+                except BaseException as err:
+                    # librdkafka holds an exception raised in a callback pending in C,
+                    # where it breaks later client calls: callbacks must not raise.
+                    self.callback_errors.append(err)
+                    raise
             if event.kind != "assign":
                 for tp in event.partitions:
                     self.positions.pop((tp.topic, tp.partition), None)
@@ -191,6 +199,13 @@ class FakeSink:
             raise self.failures.pop(0)
         self.broker.transactions.append((list(records), list(offsets)))
         self.broker.commit(offsets)
+        for record in records:  # readable by the consumers of the topics it exists in
+            if record.topic in self.broker.topics:
+                logs = self.broker.topics[record.topic]
+                partition = (record.partition if record.partition is not None
+                             else zlib.crc32(record.key or b"") % len(logs))
+                self.broker.produce(record.topic, partition, record.value, key=record.key,
+                                    headers=record.headers)
 
     def close(self) -> None:
         self.closed = True

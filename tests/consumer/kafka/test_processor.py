@@ -10,7 +10,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 import yaml
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 from polars.testing import assert_frame_equal
 
 from consumer import cli
@@ -193,6 +193,28 @@ def test_a_fenced_producer_stops_the_loop_with_exit_code_1(rig: Rig) -> None:
     assert raised.value.exit_code == EXIT_FAILED == 1
     assert rig.consumer.closed
     assert rig.sink.closed
+
+
+def test_fenced_during_a_revoke_stops_the_loop_but_not_inside_the_callback(rig: Rig) -> None:
+    two_windows_out_third_open(rig)
+    rig.sink.failures.append(FatalKafkaError("Fenced: a newer instance took over"))
+    rig.consumer.rebalance("revoke", [P1])  # the revoke's commit is the one fenced
+    with pytest.raises(FatalKafkaError):
+        rig.processor.run()
+    assert rig.consumer.callback_errors == []
+    assert rig.consumer.closed
+    assert rig.sink.closed
+
+
+def test_a_fenced_static_member_stops_the_loop(rig: Rig) -> None:
+    # How librdkafka reports "Static consumer fenced by other consumer with same
+    # group.instance.id": an error event of code _FATAL, whose fatal() is False.
+    fenced = KafkaError(KafkaError._FATAL, "Fatal error: Broker: Static consumer fenced")
+    assert not fenced.fatal()
+    rig.broker.topics[SOURCE][0].append(Message(error=fenced))
+    with pytest.raises(FatalKafkaError, match="Static consumer fenced"):
+        rig.processor.run()
+    assert rig.consumer.closed
 
 
 def test_the_command_line_exits_1_with_one_line_when_fenced(

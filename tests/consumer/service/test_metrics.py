@@ -90,6 +90,29 @@ def test_rejections_by_reason_and_late_rows(metrics: Metrics, port: int) -> None
     assert total(samples, "arrowagg_late_rows_total") == 10
 
 
+def test_rejected_rows_by_reason(metrics: Metrics, port: int) -> None:
+    metrics.rejected_rows("future-event-time", 3)
+    metrics.rejected_rows("future-event-time", 2)
+    assert total(scrape(port), "arrowagg_rejected_rows_total",
+                 reason="future-event-time") == 5
+
+
+def test_windows_waiting_for_completeness_and_the_partitions_they_wait_for(
+        metrics: Metrics, port: int) -> None:
+    metrics.completeness(4, [(IN, 0), (IN, 3)])
+    samples = scrape(port)
+    assert total(samples, "arrowagg_windows_waiting") == 4
+    assert total(samples, "arrowagg_holding_back", partition="0") == 1
+    assert total(samples, "arrowagg_holding_back", partition="3") == 1
+    metrics.completeness(1, [(IN, 3)])  # partition 0 caught up
+    samples = scrape(port)
+    assert total(samples, "arrowagg_windows_waiting") == 1
+    assert ("arrowagg_holding_back", frozenset({("topic", IN), ("partition", "0")})) \
+        not in samples
+    metrics.completeness(0, [])
+    assert total(scrape(port), "arrowagg_holding_back") == 0
+
+
 def test_lag_of_assigned_partitions_from_statistics(metrics: Metrics, port: int) -> None:
     metrics.assigned([(IN, 0), (IN, 1), (IN, 2)])
     metrics.statistics(stats(

@@ -1,0 +1,62 @@
+"""What closed windows become: the emitters the pipeline hands them to.
+
+``FinalWindows`` encodes results for the output topic (one instance, or stage 2 of the
+scale-out); ``consumer/core/stage_one.py`` has the emitter of the scale-out's stage 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from consumer.core.plan import AggregationPlan
+from consumer.core.types import ClosedWindow, OutputRecord, PartitionKey
+from wire.input import Compression
+from wire.output import OutputFormat, encode_window
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Where records go and how windows are encoded."""
+
+    output_topic: str
+    group_id: str
+    late_topic: str | None = None
+    dlq_topic: str | None = None
+    output_format: OutputFormat = "arrow"
+    compression: Compression = "zstd"
+    max_message_bytes: int = 1_000_000
+
+
+class WindowEmitter(Protocol):
+    """Turns closed windows into records: results on the output topic (one instance),
+    or partial states on the repartition topic (stage 1 of the scale-out)."""
+
+    def window_records(self, window: ClosedWindow, plan: AggregationPlan,
+                       ) -> list[OutputRecord]: ...
+
+    def progress_records(self, frontiers: Mapping[PartitionKey, tuple[int | None, bool]],
+                         closed: Sequence[ClosedWindow]) -> list[OutputRecord]:
+        """Records to write with every commit (the scale-out's progress markers)."""
+
+
+class FinalWindows:
+    """One instance: each closed window's results, encoded for the output topic."""
+
+    def __init__(self, routes: Routes) -> None:
+        self._routes = routes
+
+    def window_records(self, window: ClosedWindow, plan: AggregationPlan,  # noqa: ARG002
+                       ) -> list[OutputRecord]:
+        routes = self._routes
+        messages = encode_window(
+            window.frame, start_ms=window.start_ms, end_ms=window.end_ms,
+            input_rows=window.input_rows, fmt=routes.output_format,
+            compression=routes.compression, max_bytes=routes.max_message_bytes,
+            revision=window.revision, final=window.final)
+        return [OutputRecord(routes.output_topic, m.key, m.value, m.headers) for m in messages]
+
+    def progress_records(self, frontiers: Mapping[PartitionKey, tuple[int | None, bool]],  # noqa: ARG002
+                         closed: Sequence[ClosedWindow]) -> list[OutputRecord]:  # noqa: ARG002
+        return []

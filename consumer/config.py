@@ -455,13 +455,16 @@ def _window_key_owners(window: WindowSettings) -> dict[str, tuple[str, bool]]:
 
 
 def _window_key_problems(window: WindowSettings) -> Iterator[Problem]:
-    """A key set for another kind of window is rejected, never silently ignored."""
+    """A key set for another kind of window is rejected, never silently ignored (unless
+    it is set to its default, which is as good as absent)."""
     owners = _window_key_owners(window)
-    for key in WindowSettings.model_fields:
-        if key in window.model_fields_set and key in owners and not owners[key][1]:
+    for key, spec in WindowSettings.model_fields.items():
+        if key not in owners or owners[key][1] or key not in window.model_fields_set:
+            continue
+        if getattr(window, key) != spec.default:
             yield (("window", key),
                    (f"belongs to {owners[key][0]}, and these are {window_kind(window)} "
-                   "windows; remove it (or change window.kind / window.time)"))
+                    "windows; remove it (or change window.kind / window.time)"))
 
 
 def _topic_problems(settings: Settings) -> Iterator[Problem]:

@@ -21,6 +21,7 @@ from wire.input import (
     HEADER_CONTENT_TYPE,
     Compression,
     Headers,
+    WireFormatError,
     decode_ipc_stream,
     encode_for_size,
 )
@@ -127,11 +128,17 @@ def decode_output(value: bytes | None, headers: Headers) -> OutputWindow:
         chunk_no, _, chunks = found.get(HEADER_CHUNK, "1/1").partition("/")
         meta = (found.get(HEADER_FINAL) == "true", int(found.get(HEADER_REVISION, "0")),
                 int(found.get(HEADER_WINDOW_ROWS, "0")), (int(chunk_no), int(chunks)))
-    except (KeyError, ValueError) as err:
-        raise OutputFormatError(f"not an arrowagg output message (headers: {err})") from err
-    if found.get(HEADER_CONTENT_TYPE) == CONTENT_TYPE_JSON:
-        frame = pl.read_ndjson(io.BytesIO(value or b""))
-    else:
-        table = decode_ipc_stream(value)
-        frame = pl.DataFrame(pa.Table.from_batches(table.to_batches(), table.schema))
+    except KeyError as err:
+        raise OutputFormatError(f"no {err.args[0]} header") from err
+    except ValueError as err:
+        raise OutputFormatError(f"a header that is not a number ({err})") from err
+    try:
+        if found.get(HEADER_CONTENT_TYPE) == CONTENT_TYPE_JSON:
+            frame = pl.read_ndjson(io.BytesIO(value or b""))
+        else:
+            table = decode_ipc_stream(value)
+            frame = pl.DataFrame(pa.Table.from_batches(table.to_batches(), table.schema))
+    except (WireFormatError, pl.exceptions.PolarsError) as err:
+        detail = " ".join(str(err).split())[:200]
+        raise OutputFormatError(f"its value is not a window's results: {detail}") from err
     return OutputWindow(start, end, *meta, frame=frame)

@@ -391,6 +391,13 @@ def test_count_windows_keep_their_idle_timeout_and_timestamp_column() -> None:
     assert settings_from_dict(minimal(window=window)).window.idle_timeout_ms == 500
 
 
+def test_a_key_of_another_window_kind_set_to_its_default_is_as_good_as_absent() -> None:
+    # What a dump of the settings writes back: every key, most at their defaults.
+    window = {"kind": "count", "count_rows": 10, "time": "event", "size_ms": None,
+              "step_ms": None, "allowed_lateness_ms": 0, "count_batches": None}
+    assert settings_from_dict(minimal(window=window)).window.count_rows == 10
+
+
 # -- topics ------------------------------------------------------------------------------
 
 

@@ -214,6 +214,17 @@ def test_an_empty_group_id_stops_check_and_run_in_one_line(
             f"consumer: bad configuration: {config}: kafka.group_id: must not be empty"]
 
 
+@pytest.mark.usefixtures("clean_environment")
+def test_an_unknown_librdkafka_key_stops_run_in_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = example(tmp_path, ("consumer: {}", "consumer: {fetch.wait.max.mss: 10}"))
+    assert main(["run", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        (f"consumer: bad configuration: {config}: kafka.consumer.fetch.wait.max.mss: librdkafka "
+        "has no such property (check its spelling)")]
+
+
 def test_explain_says_an_integer_time_column_is_epoch_milliseconds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -6,6 +6,7 @@ ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 RUN useradd --system --uid 10001 --home-dir /app arrowagg
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY wire ./wire
 COPY consumer ./consumer
 COPY producer ./producer
 RUN pip install --no-cache-dir .

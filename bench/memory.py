@@ -32,8 +32,7 @@ def stream(total_bytes: float, groups: int, poll_messages: int) -> dict[str, Any
     pool_size = max(poll_messages, math.ceil(groups / ROWS_PER_MESSAGE))
     pool = build(KernelCase("pool", pool_size, ROWS_PER_MESSAGE, groups, pool_size), "plain")
     driver = PipelineDriver(bench_settings(
-        {"kind": "tumbling", "time": "processing", "size_ms": POLLS_PER_WINDOW,
-         "idle_timeout_ms": 1 << 40},
+        {"kind": "tumbling", "time": "processing", "size_ms": POLLS_PER_WINDOW},
         aggregation={"keys": ["site", "sensor"]}))
     baseline_kb, _ = rss_kb()
     samples: list[tuple[int, int]] = []

@@ -1,4 +1,10 @@
-"""``python -m consumer``: run the daemon, explain a plan, tail the output topic."""
+"""``python -m consumer``: run the daemon, check a configuration, create its topics,
+explain a plan, tail the output or dead-letter topic.
+
+Every mistake a user can make ends in one line per problem on stderr,
+``consumer: ...``, and the exit code of ``wire.errors`` (2: mend the configuration, an
+option or a file; 1: the broker or the run failed).
+"""
 
 from __future__ import annotations
 
@@ -7,71 +13,178 @@ import logging
 import os
 import signal
 import sys
+import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import NoReturn
 
 import pyarrow as pa
 
-from consumer.config import Settings, load_settings
-from consumer.core.plan import derive_plan
+from consumer.config import KafkaSettings, LoadedConfig, Settings, load_config
 from consumer.kafka.clients import KafkaSetupError, check_topics
-from consumer.kafka.tail import peek_first_value, print_window, read_output
+from consumer.kafka.tail import (
+    dead_letter_json,
+    peek_first_value,
+    print_dead_letter,
+    print_window,
+    read_dead_letters,
+    read_output,
+    window_json,
+)
+from consumer.kafka.topics import (
+    DEFAULT_INPUT_PARTITIONS,
+    DEFAULT_OUTPUT_PARTITIONS,
+    create_topics,
+    needed_message_bytes,
+    topic_specs,
+)
 from consumer.service.logs import configure_logging
-from wire.errors import EXIT_OK, ArrowaggError
+from wire.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArrowaggError, UsageError
 from wire.files import read_table
 from wire.input import DecodeLimits, decode_ipc_stream
 
 log = logging.getLogger("consumer")
 
+DEFAULT_CONFIG = Path("config.yaml")
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+BROKER_TIMEOUT_S = 10.0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, like every other user error, instead of argparse's usage block.
+        self.exit(EXIT_USAGE, f"consumer: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m consumer",
         description="arrowagg: aggregate Arrow IPC record batches on Kafka, per window.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_Parser)
     run = commands.add_parser(
         "run", help="run the daemon: consume, window, aggregate, emit, commit",
         description="Join the consumer group and aggregate until SIGTERM or SIGINT.")
-    run.add_argument("--config", type=Path, default=Path("config.yaml"),
-                     help="YAML config (default: config.yaml); env ARROWAGG_* overrides")
+    _add_config(run)
+    check = commands.add_parser(
+        "check", help="check a configuration: effective settings, windows, warnings",
+        description="Print the effective configuration (environment overrides marked, "
+                    "secrets masked), the windows in words and warnings; then check the "
+                    "topics on the broker. Exit 2 on a configuration error, 1 when the "
+                    "broker or a topic would stop the daemon.")
+    _add_config(check)
+    check.add_argument("--offline", action="store_true",
+                       help="do not ask the broker about the topics")
+    topics = commands.add_parser(
+        "topics", help="create the configuration's topics",
+        description="Topics of the configuration: input, output, late and dead-letter.")
+    topic_commands = topics.add_subparsers(dest="topics_command", required=True,
+                                           metavar="ACTION", parser_class=_Parser)
+    create = topic_commands.add_parser(
+        "create", help="create the topics that do not exist; report the others",
+        description="Create the input, output, late and dead-letter topics that do not "
+                    "exist, with max.message.bytes to fit input.max_message_bytes and "
+                    "output.max_message_bytes. Existing topics are left alone and reported.")
+    _add_config(create)
+    create.add_argument("--partitions", type=_positive_int, default=DEFAULT_INPUT_PARTITIONS,
+                        metavar="N", help="partitions of an input topic: how many instances "
+                                          f"can share the work (default: "
+                                          f"{DEFAULT_INPUT_PARTITIONS})")
+    create.add_argument("--output-partitions", type=_positive_int,
+                        default=DEFAULT_OUTPUT_PARTITIONS, metavar="N",
+                        help="partitions of the output, late and dead-letter topics "
+                             f"(default: {DEFAULT_OUTPUT_PARTITIONS})")
+    create.add_argument("--replication-factor", type=_positive_int, metavar="R",
+                        help="replicas of each partition (default: 3, or the number of "
+                             "brokers when there are fewer)")
+    create.add_argument("--dry-run", action="store_true",
+                        help="only ask the broker to validate the creations")
     explain = commands.add_parser(
         "explain", help="print the aggregation plan for a schema",
         description="Show keys, each column's aggregation and skipped columns. The schema "
                     "comes from --sample, or else from the first message on the input topic.")
-    explain.add_argument("--config", type=Path, default=Path("config.yaml"))
+    _add_config(explain)
     explain.add_argument("--sample", type=Path,
                          help="an Arrow IPC stream/file or Parquet file with the input schema")
-    tail = commands.add_parser(
-        "tail", help="show each output window as a table",
-        description="Subscribe to the output topic (read_committed) and print every window.")
-    tail.add_argument("--topic", required=True, help="the output topic")
-    tail.add_argument("--bootstrap-servers",
-                      default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
-                      help="default: $KAFKA_BOOTSTRAP_SERVERS or 127.0.0.1:9092")
-    tail.add_argument("--from-beginning", action="store_true",
-                      help="start at the topic's beginning instead of its end")
-    tail.add_argument("--max-windows", type=int, help="stop after this many messages")
-    tail.add_argument("--complete", action="store_true",
-                      help="show each window once, whole: all its chunks, revisions and "
-                           "(scale-out) parts, when the last has arrived")
-    tail.add_argument("--idle-timeout-s", type=float, default=float("inf"),
-                      help="stop when nothing arrived for this long (default: never)")
+    _add_tail(commands)
     return parser
 
 
+def _add_config(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                         help="YAML config (default: config.yaml); the environment's "
+                              "KAFKA_BOOTSTRAP_SERVERS and ARROWAGG_* override it")
+
+
+def _add_tail(commands: argparse._SubParsersAction[_Parser]) -> None:
+    tail = commands.add_parser(
+        "tail", help="show each output window, or each dead letter",
+        description="Read the output topic (read_committed) and print every window, or "
+                    "with --dlq the dead letters: each rejected message's origin and reason. "
+                    "Joins no consumer group and commits nothing.")
+    which = tail.add_mutually_exclusive_group()
+    which.add_argument("--topic", help="the output topic (default: output.topic of --config)")
+    which.add_argument("--dlq", nargs="?", const="", metavar="TOPIC",
+                       help="read dead letters from TOPIC (default: output.dlq_topic of "
+                            "--config)")
+    tail.add_argument("--config", type=Path,
+                      help="take the topic, the broker and its security from this config")
+    tail.add_argument("--bootstrap-servers",
+                      help="default: the config's, else $KAFKA_BOOTSTRAP_SERVERS, else "
+                           f"{DEFAULT_BOOTSTRAP}")
+    tail.add_argument("--from-beginning", action="store_true",
+                      help="start at the topic's beginning instead of its end")
+    tail.add_argument("--format", choices=["table", "json"], default="table",
+                      help="table (default), or json: one JSON object a line, for jq")
+    tail.add_argument("--max-windows", "--max-messages", type=_positive_int, metavar="N",
+                      help="stop after this many messages")
+    tail.add_argument("--complete", action="store_true",
+                      help="show each window once, whole: all its chunks, revisions and "
+                           "(scale-out) parts, when the last has arrived")
+    tail.add_argument("--idle-timeout-s", type=float, default=float("inf"), metavar="S",
+                      help="stop when nothing arrived for this long (default: never)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as done:  # --help, or a usage error already printed in one line
+        return done.code if isinstance(done.code, int) else EXIT_USAGE
     try:
         if args.command == "tail":
             return _tail(args)
-        settings = load_settings(args.config)
-        configure_logging(settings.logging.level, settings.logging.format)
-        if args.command == "explain":
-            return _explain(settings, args.sample)
-        return _run(settings, args.config)
+        config = load_config(args.config)
+        configure_logging(config.settings.logging.level, config.settings.logging.format)
+        return _COMMANDS[args.command](config, args)
     except ArrowaggError as err:
-        for line in str(err).splitlines():
-            print(f"consumer: {err.headline}{line}", file=sys.stderr)
+        _say(err)
         return err.exit_code
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+_COMMANDS: dict[str, Callable[[LoadedConfig, argparse.Namespace], int]] = {
+    "run": lambda config, args: _run(config.settings, args.config),
+    "check": lambda config, args: _check(config, offline=args.offline),
+    "topics": lambda config, args: _create_topics(config.settings, args),
+    "explain": lambda config, args: _explain(config.settings, args.sample),
+}
+
+
+def _say(err: ArrowaggError) -> None:
+    for line in str(err).splitlines():
+        print(f"consumer: {err.headline}{line}", file=sys.stderr)
 
 
 def _run(settings: Settings, config_path: Path | None = None) -> int:
@@ -90,8 +203,8 @@ def _run(settings: Settings, config_path: Path | None = None) -> int:
         service.on_reload(ConfigReloader(config_path, settings).reload)
     try:
         output = settings.output
-        check_topics(settings.kafka, [*settings.input.topics, output.topic,
-                                      *(t for t in (output.late_topic, output.dlq_topic) if t)])
+        check_topics(settings.kafka, _topics(settings),
+                     max_message_bytes=needed_message_bytes(output))
         processor = build_processor(settings, service)
 
         def stop(signum: int, _frame: FrameType | None) -> None:
@@ -115,30 +228,125 @@ def _run(settings: Settings, config_path: Path | None = None) -> int:
     return EXIT_OK
 
 
+def _topics(settings: Settings) -> list[str]:
+    output = settings.output
+    return [*settings.input.topics, output.topic,
+            *(t for t in (output.late_topic, output.dlq_topic) if t)]
+
+
+def _check(config: LoadedConfig, *, offline: bool) -> int:
+    from consumer.checkup import describe_windows, effective_config, warnings  # noqa: PLC0415
+    from consumer.kafka.topics import describe_topics  # noqa: PLC0415
+
+    settings = config.settings
+    print(effective_config(config))
+    print("\nwindows:")
+    print(textwrap.fill(describe_windows(settings), width=92, initial_indent="  ",
+                        subsequent_indent="  "))
+    states = None
+    problems: list[str] = []
+    if not offline:
+        topics = _topics(settings)
+        try:
+            states = describe_topics(settings.kafka, topics, BROKER_TIMEOUT_S)
+            check_topics(settings.kafka, topics, timeout_s=BROKER_TIMEOUT_S,
+                         max_message_bytes=needed_message_bytes(settings.output))
+        except KafkaSetupError as err:
+            problems.append(str(err))
+        if states is not None:
+            print(f"\ntopics on {settings.kafka.bootstrap_servers}:")
+            for name in dict.fromkeys(topics):
+                state = states.get(name)
+                print(f"  {name}: {state.describe() if state else 'missing'}")
+    found = warnings(settings, states)
+    print("\nwarnings:" if found else "\nwarnings: none")
+    for warning in found:
+        print(textwrap.fill(warning, width=92, initial_indent="  - ",
+                            subsequent_indent="    "))
+    if problems:
+        _say(KafkaSetupError("\n".join(problems)))
+        return EXIT_FAILED
+    print("\nthe broker was not asked (--offline)" if offline
+          else "\nok: the daemon can start with this configuration")
+    return EXIT_OK
+
+
+def _create_topics(settings: Settings, args: argparse.Namespace) -> int:
+    specs = topic_specs(settings.input, settings.output, input_partitions=args.partitions,
+                        output_partitions=args.output_partitions)
+    needed = {t: n for t, (n, _) in needed_message_bytes(settings.output).items()}
+    outcomes = create_topics(settings.kafka, specs, needed=needed,
+                             replication_factor=args.replication_factor,
+                             timeout_s=BROKER_TIMEOUT_S, dry_run=args.dry_run)
+    for outcome in outcomes:
+        spec, state = outcome.spec, outcome.state
+        if outcome.action == "failed":
+            continue
+        what = state.describe() if state is not None else (
+            f"{spec.partitions} partition(s), max.message.bytes {spec.max_message_bytes}")
+        left = "; left alone" if outcome.action == "exists" else ""
+        print(f"{outcome.action} {spec.name} ({spec.role}): {what}{left}")
+    problems = [o.problem for o in outcomes if o.problem]
+    if problems:
+        _say(KafkaSetupError("\n".join(problems)))
+        return EXIT_FAILED
+    return EXIT_OK
+
+
 def _explain(settings: Settings, sample: Path | None) -> int:
+    from consumer.compose import plan_for  # noqa: PLC0415 - keeps --help fast
+
     schema = read_table(sample).schema if sample else _peek_schema(settings)
-    window, aggregation = settings.window, settings.aggregation
-    plan = derive_plan(schema, time_column=window.timestamp_column if window.time == "event"
-                       else None, keys=aggregation.keys, overrides=aggregation.columns)
-    print(plan.describe())
+    print(plan_for(settings, schema).describe())
     return EXIT_OK
 
 
 def _peek_schema(settings: Settings) -> pa.Schema:
-    value = peek_first_value(settings.kafka.bootstrap_servers, settings.input.topics)
+    value = peek_first_value(settings.kafka, settings.input.topics, timeout_s=BROKER_TIMEOUT_S)
     if value is None:
-        raise KafkaSetupError("the input topic has no message yet; pass --sample FILE")
+        raise KafkaSetupError(f"no message on {', '.join(settings.input.topics)} within "
+                              f"{BROKER_TIMEOUT_S:g}s; pass --sample FILE")
     return decode_ipc_stream(value, DecodeLimits()).schema
 
 
 def _tail(args: argparse.Namespace) -> int:
-    idle = None if args.idle_timeout_s == float("inf") else args.idle_timeout_s
-    windows = read_output(args.bootstrap_servers, args.topic, from_beginning=args.from_beginning,
-                          idle_timeout_s=idle if idle is not None else 10**9,
-                          max_windows=args.max_windows, complete=args.complete)
-    try:
-        for window in windows:
-            print_window(window, sys.stdout)
-    except KeyboardInterrupt:
+    kafka, topic = _tail_source(args)
+    skipped = _warn
+    if args.dlq is not None:
+        for letter in read_dead_letters(kafka, topic, from_beginning=args.from_beginning,
+                                        idle_timeout_s=args.idle_timeout_s,
+                                        limit=args.max_windows, on_skipped=skipped):
+            if args.format == "json":
+                print(dead_letter_json(letter), flush=True)
+            else:
+                print_dead_letter(letter, sys.stdout)
         return EXIT_OK
+    for window in read_output(kafka, topic, from_beginning=args.from_beginning,
+                              idle_timeout_s=args.idle_timeout_s,
+                              max_windows=args.max_windows, on_skipped=skipped,
+                              complete=args.complete):
+        if args.format == "json":
+            print(window_json(window), flush=True)
+        else:
+            print_window(window, sys.stdout)
     return EXIT_OK
+
+
+def _tail_source(args: argparse.Namespace) -> tuple[KafkaSettings, str]:
+    """The broker (with its security) and the topic tail reads."""
+    settings = load_config(args.config).settings if args.config else None
+    kafka = settings.kafka if settings else KafkaSettings(
+        bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_BOOTSTRAP)
+    if args.bootstrap_servers:
+        kafka = kafka.model_copy(update={"bootstrap_servers": args.bootstrap_servers})
+    topic = args.topic or args.dlq
+    if not topic and settings is not None:
+        topic = settings.output.dlq_topic if args.dlq is not None else settings.output.topic
+    if not topic:
+        what = "--dlq TOPIC" if args.dlq is not None else "--topic TOPIC"
+        raise UsageError(f"tail needs {what}, or --config with that topic configured")
+    return kafka, topic
+
+
+def _warn(line: str) -> None:
+    print(f"consumer: {line}", file=sys.stderr, flush=True)

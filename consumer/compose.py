@@ -8,7 +8,7 @@ import polars as pl
 import pyarrow as pa
 from confluent_kafka import Consumer
 
-from consumer.config import Settings
+from consumer.config import Settings, window_kind
 from consumer.core.budget import GroupBudget
 from consumer.core.decode import Decoder
 from consumer.core.dlq import DlqLimit
@@ -83,11 +83,19 @@ def build_two_stages(settings: Settings, inputs: set[PartitionKey]) -> TwoStageP
 
 
 def plan_for(settings: Settings, schema: pa.Schema) -> AggregationPlan:
-    """The aggregation plan for ``schema`` under the configured windows and aggregation."""
+    """The aggregation plan for ``schema`` under the configured windows and aggregation.
+
+    Only event-time windows read ``window.timestamp_column``; other windows skip it (a
+    timestamp column would otherwise become a key, a group per distinct time) unless the
+    aggregation names it."""
     window, aggregation = settings.window, settings.aggregation
-    return derive_plan(
-        schema, time_column=window.timestamp_column if window.time == "event" else None,
-        keys=aggregation.keys, overrides=aggregation.columns)
+    event_time = window.kind != "count" and window.time == "event"
+    column = window.timestamp_column
+    unused = {} if event_time or column is None else {column: (
+        f"window.timestamp_column, which {window_kind(window)} windows do not use (list "
+        "it in aggregation.keys to group by it)")}
+    return derive_plan(schema, time_column=column if event_time else None,
+                       keys=aggregation.keys, overrides=aggregation.columns, unused=unused)
 
 
 def build_engine(settings: Settings, plan: AggregationPlan,

@@ -12,20 +12,21 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Never, NoReturn
+from typing import ClassVar, Never, NoReturn
 
 import pyarrow as pa
 from pyarrow import ipc
 from tqdm import tqdm
 
 from producer.generate import SENSOR_SCHEMA, sensor_batch
-from producer.publisher import BrokerUnreachableError, Publisher, PublishError
+from producer.publisher import FRAMING_BYTES, BrokerUnreachableError, Publisher, PublishError
 from wire.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ArrowaggError, UsageError
 from wire.files import InputFile
-from wire.input import Compression
+from wire.input import Compression, WireFormatError
+from wire.split import RowTooBigError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 CHECK_TIMEOUT_S = 10.0
@@ -48,6 +49,15 @@ def _positive(kind: Callable[[str], int | float]) -> Callable[[str], int | float
         return value
 
     return parse
+
+
+def _message_bytes(text: str) -> int:
+    value = int(_positive(int)(text))
+    if value <= FRAMING_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"{text} leaves no room for data: it must be more than {FRAMING_BYTES}, the bytes "
+            "kept for the key, the headers and Kafka's framing")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -114,7 +124,7 @@ def _add_kafka_options(command: argparse.ArgumentParser, *, topic_required: bool
                          help=f"default: $KAFKA_BOOTSTRAP_SERVERS or {DEFAULT_BOOTSTRAP}")
     command.add_argument("--compression", choices=["none", "lz4", "zstd"], default="none",
                          help="Arrow IPC body compression (default: none)")
-    command.add_argument("--max-message-bytes", type=_positive(int), default=1_000_000,
+    command.add_argument("--max-message-bytes", type=_message_bytes, default=1_000_000,
                          metavar="N", help="split larger batches; match the topic's "
                                            "max.message.bytes (default: 1000000)")
 
@@ -145,17 +155,58 @@ def _publish(args: argparse.Namespace) -> int:
     tally = _Tally()
     with ExitStack() as stack:
         publisher = _connect(args, stack)
+        stack.enter_context(_telling_what_was_sent(tally, [publisher]))
         bar = stack.enter_context(tqdm(total=total, unit="row", unit_scale=True,
                                        file=sys.stderr, disable=None))
         for _ in range(args.repeat):
             for source in inputs:
                 for batch in source.batches():
-                    tally.count(batch.num_rows, publisher.publish(batch))
+                    _send(publisher, batch, tally, str(source.path), args.max_message_bytes)
                     bar.update(batch.num_rows)
     files = f"{len(inputs)} file{'s' * (len(inputs) != 1)}"
     print(tally.summary("published", f"from {files} to topic {args.topic!r}",
                         publisher.bytes_sent))
     return EXIT_OK
+
+
+def _send(publisher: Publisher, batch: pa.RecordBatch | pa.Table, tally: _Tally,
+          where: str, max_message_bytes: int) -> None:
+    """Publish one batch; a row too big for --max-message-bytes is a usage error."""
+    try:
+        messages = publisher.publish(batch)
+    except WireFormatError as err:
+        if not isinstance(err.__cause__, RowTooBigError):
+            raise
+        encoded = err.__cause__.encoded_bytes
+        raise UsageError(
+            f"{where}: one row encodes to {encoded} bytes, more than --max-message-bytes "
+            f"{max_message_bytes} leaves for it; raise it to at least "
+            f"{encoded + FRAMING_BYTES} (and the topic's max.message.bytes with it)") from None
+    tally.count(batch.num_rows, messages)
+
+
+@contextmanager
+def _telling_what_was_sent(tally: _Tally, publishers: list[Publisher]) -> Iterator[None]:
+    """A failure after some batches went out says how many: a rerun would repeat them."""
+    try:
+        yield
+    except (ArrowaggError, KeyboardInterrupt) as err:
+        if not tally.batches:
+            raise
+        for publisher in publishers:
+            publisher.drain(5.0)
+        delivered = sum(p.delivered for p in publishers)
+        sent = (f"{_plural(tally.batches, 'batch')} ({tally.rows:,} rows; {delivered} of "
+                f"{tally.messages} messages delivered) had already been sent to topic "
+                f"{publishers[0].topic!r}")
+        if isinstance(err, KeyboardInterrupt):
+            raise InterruptedAfterError(f"interrupted; {sent}") from None
+        failed = UsageError if err.exit_code == EXIT_USAGE else PublishError
+        raise failed(f"{err.headline}{err}; before that, {sent}") from None
+
+
+class InterruptedAfterError(ArrowaggError):
+    exit_code: ClassVar[int] = EXIT_INTERRUPTED
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -169,10 +220,12 @@ def _generate(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         publishers = [_connect(args, stack)]
         publishers += [stack.enter_context(_publisher(args)) for _ in range(args.producers - 1)]
+        stack.enter_context(_telling_what_was_sent(tally, publishers))
         bar = stack.enter_context(_batch_bar(schedule))
         for index, producer, start_ms in schedule.run(wait=time.sleep):
             batch = _batch(args, index, start_ms)
-            tally.count(batch.num_rows, publishers[producer].publish(batch))
+            _send(publishers[producer], batch, tally, "a generated batch",
+                  args.max_message_bytes)
             bar.update(1)
     where = f"to topic {args.topic!r} from {_plural(args.producers, 'producer')}"
     print(tally.summary("published", where, sum(p.bytes_sent for p in publishers)))

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 # Room for the record's key, headers and Kafka's record/batch framing, which count
 # against the broker's max.message.bytes but not against the encoded stream.
-_FRAMING_BYTES: Final = 1024
+FRAMING_BYTES: Final = 1024
 _LINGER_MS: Final = 5
 _QUEUE_FULL_POLL_S: Final = 0.1
 _BROKER_PREFIX: Final = re.compile(r"^\S+/\S+: ")
@@ -69,8 +69,8 @@ class Publisher:
         dictionary_strings: bool = True,
         extra_config: Mapping[str, str | int | bool] | None = None,
     ) -> None:
-        if max_message_bytes <= _FRAMING_BYTES:
-            raise ValueError(f"max_message_bytes must exceed {_FRAMING_BYTES}")
+        if max_message_bytes <= FRAMING_BYTES:
+            raise ValueError(f"max_message_bytes must exceed {FRAMING_BYTES}")
         self.topic = topic
         self.producer_id = producer_id or uuid.uuid4().hex
         self.compression: Compression = compression
@@ -149,7 +149,7 @@ class Publisher:
         table = _as_table(data)
         if self.dictionary_strings:
             table = dictionary_keys(table)
-        max_bytes = self.max_message_bytes - _FRAMING_BYTES - len(key or b"")
+        max_bytes = self.max_message_bytes - FRAMING_BYTES - len(key or b"")
         payloads = encode_for_size(table, max_bytes=max_bytes, compression=self.compression)
         return schema_fingerprint(table.schema), payloads
 
@@ -178,6 +178,11 @@ class Publisher:
                 f"{undelivered} of {self.sent} messages to {self.topic!r} still undelivered "
                 f"after {timeout_s:g}s; is the broker reachable?"
             )
+
+    def drain(self, timeout_s: float = 5.0) -> int:
+        """Wait up to ``timeout_s`` for queued messages, raising nothing; how many are
+        still queued. For accounting after a failure (``delivered``, ``failed``)."""
+        return int(self._producer.flush(timeout_s))
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Flush (raising as ``flush`` does), then release the client; once is enough."""

@@ -93,7 +93,7 @@ def encode_for_size(
             "too-many-bytes",
             f"row {err.row} alone encodes to {err.encoded_bytes} bytes, more than the "
             f"{max_bytes} allowed per message; raise the message size limit",
-        ) from None
+        ) from err  # the cause keeps the numbers for a caller that can name its option
 
 
 _PLAIN_STRINGS: Final = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)

@@ -21,6 +21,7 @@ from wire.input import (
     HEADER_CONTENT_TYPE,
     Compression,
     Headers,
+    WireFormatError,
     decode_ipc_stream,
     encode_for_size,
 )
@@ -184,11 +185,17 @@ def decode_output(value: bytes | None, headers: Headers) -> OutputWindow:
                 int(found.get(HEADER_WINDOW_ROWS, "0")), (int(chunk_no), int(chunks)))
         k, _, n = found.get(HEADER_PART, "").partition("/")
         part = (int(k), int(n)) if n else None
-    except (KeyError, ValueError) as err:
-        raise OutputFormatError(f"not an arrowagg output message (headers: {err})") from err
-    if found.get(HEADER_CONTENT_TYPE) == CONTENT_TYPE_JSON:
-        frame = pl.read_ndjson(io.BytesIO(value or b""))
-    else:
-        table = decode_ipc_stream(value)
-        frame = pl.DataFrame(pa.Table.from_batches(table.to_batches(), table.schema))
+    except KeyError as err:
+        raise OutputFormatError(f"no {err.args[0]} header") from err
+    except ValueError as err:
+        raise OutputFormatError(f"a header that is not a number ({err})") from err
+    try:
+        if found.get(HEADER_CONTENT_TYPE) == CONTENT_TYPE_JSON:
+            frame = pl.read_ndjson(io.BytesIO(value or b""))
+        else:
+            table = decode_ipc_stream(value)
+            frame = pl.DataFrame(pa.Table.from_batches(table.to_batches(), table.schema))
+    except (WireFormatError, pl.exceptions.PolarsError) as err:
+        detail = " ".join(str(err).split())[:200]
+        raise OutputFormatError(f"its value is not a window's results: {detail}") from err
     return OutputWindow(start, end, *meta, frame=frame, part=part)

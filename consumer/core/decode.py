@@ -56,7 +56,7 @@ class Decoder:
             parse_headers(list(headers.items()) if isinstance(headers, dict) else headers)
             table = decode_ipc_stream(value, self._limits)
         except WireFormatError as err:
-            raise RejectedMessageError(err.reason, str(err)) from err
+            raise RejectedMessageError(err.reason, err.detail) from err
         if self.plan is None or self._schema is None:
             if table.num_rows == 0:
                 # A schema without rows says nothing of the data to come (a worker's

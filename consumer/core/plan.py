@@ -65,7 +65,9 @@ class AggregationPlan:
         why = dict(self.reasons)
         lines = []
         if self.time_column is not None:
-            lines.append(f"time column: {self.time_column!r} (assigns windows; never a key)")
+            kind = why.get(self.time_column, "")
+            lines.append(f"time column: {self.time_column!r} ({kind}{'; ' if kind else ''}"
+                         "assigns windows; never a key)")
         no_keys = "keys: none (one group per window)"
         lines.append(f"keys ({len(self.keys)}):" if self.keys else no_keys)
         lines += [f"  {name!r}: {why.get(name, 'configured key')}" for name in self.keys]
@@ -86,8 +88,13 @@ def derive_plan(
     time_column: str | None = None,
     keys: Sequence[str] | None = None,
     overrides: Mapping[str, AggFunc] | None = None,
+    unused: Mapping[str, str] | None = None,
 ) -> AggregationPlan:
-    """Derive the plan for ``schema``; raise PlanError naming the offending column."""
+    """Derive the plan for ``schema``; raise PlanError naming the offending column.
+
+    ``unused`` maps columns to skip, unless configured as a key or an aggregate, to the
+    reason (e.g. the timestamp column of windows that do not use event time).
+    """
     fields = {f.name: f for f in schema}
     if len(fields) != len(schema):
         raise PlanError(f"the schema has duplicate column names: {schema.names}")
@@ -95,14 +102,21 @@ def derive_plan(
         _check_time_column(fields, time_column)
     chosen_keys = _explicit_keys(fields, keys, time_column) if keys is not None else None
     overrides = dict(overrides or {})
-    _check_overrides(fields, overrides, time_column, chosen_keys)
+    _check_overrides(fields, overrides, time_column, chosen_keys, set(unused or ()))
 
     key_list: list[str] = []
     aggregates: list[ColumnAgg] = []
     skipped: list[SkippedColumn] = []
     reasons: dict[str, str] = {}
+    if time_column is not None:
+        reasons[time_column] = _time_reason(fields[time_column].type)
+    skip = {name: why for name, why in (unused or {}).items()
+            if name not in (chosen_keys or ()) and name not in overrides}
     for f in schema:
         if f.name == time_column:
+            continue
+        if f.name in skip:
+            skipped.append(SkippedColumn(f.name, str(f.type), skip[f.name]))
             continue
         placed = _place(f, chosen_keys, overrides)
         if isinstance(placed, SkippedColumn):
@@ -193,6 +207,12 @@ def _skip_reason(dtype: pa.DataType, chosen_keys: Sequence[str] | None) -> str:
     return f"type {dtype} has no default aggregation (give it one in aggregation.columns)"
 
 
+def _time_reason(dtype: pa.DataType) -> str:
+    if pa.types.is_integer(dtype):
+        return f"{dtype}, read as epoch milliseconds"
+    return str(dtype)
+
+
 def _check_time_column(fields: Mapping[str, pa.Field], time_column: str) -> None:
     if time_column not in fields:
         raise PlanError(f"time column {time_column!r} is not in the schema ({list(fields)})")
@@ -226,6 +246,7 @@ def _check_overrides(
     overrides: Mapping[str, AggFunc],
     time_column: str | None,
     chosen_keys: Sequence[str] | None,
+    unused: set[str],
 ) -> None:
     for name, func in overrides.items():
         if name not in fields:
@@ -235,7 +256,8 @@ def _check_overrides(
         if name == time_column:
             raise PlanError(f"aggregation for {name!r}: it is the time column, not an aggregate")
         dtype = fields[name].type
-        is_key = name in chosen_keys if chosen_keys is not None else _is_default_key(dtype)
+        is_key = (name in chosen_keys if chosen_keys is not None
+                  else _is_default_key(dtype) and name not in unused)
         if is_key:
             raise PlanError(
                 f"aggregation for {name!r}: it is a group key (list the keys explicitly "

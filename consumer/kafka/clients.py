@@ -9,18 +9,24 @@ in the daemon's log format; librdkafka redacts secrets in its configuration dump
 from __future__ import annotations
 
 import logging
+import re
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # admin re-exports them untyped
+from confluent_kafka.admin._metadata import ClusterMetadata  # admin re-exports it untyped
+from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from consumer.config import KafkaSettings, ProcessingSettings, ScaleOutSettings, SecuritySettings
 from wire.errors import ArrowaggError
 
 log = logging.getLogger(__name__)
+
+_BROKER_PREFIX = re.compile(r"^\S+/\S+: ")  # librdkafka's "host:port/id: "
 
 
 class KafkaSetupError(ArrowaggError):
@@ -152,25 +158,72 @@ def producer_config(kafka: KafkaSettings, processing: ProcessingSettings, *,
     return {**config, **kafka.producer}
 
 
-def check_topics(kafka: KafkaSettings, topics: list[str], *, timeout_s: float = 5.0) -> None:
-    """Fail fast, with one line, when the broker does not answer, refuses our credentials
-    or a topic is missing."""
-    errors: list[KafkaError] = []
-    # The client's own log would repeat the failure once per retry; its errors are
-    # collected instead and summed up in the one line below.
-    config: dict[str, Any] = {**_common(kafka), **_admin_keys(kafka), "log_level": 0,
-                              "error_cb": errors.append}
-    admin = AdminClient(config)
+def quiet_config(kafka: KafkaSettings, errors: list[KafkaError]) -> dict[str, Any]:
+    """A client configuration for short-lived admin and reader clients: security included,
+    librdkafka's log off (it would repeat a failure once per retry), its errors collected
+    in ``errors`` to be summed up in one line."""
+    return {**_common(kafka), **_admin_keys(kafka), "log_level": 0, "error_cb": errors.append}
+
+
+def cluster_metadata(client: AdminClient | Consumer, kafka: KafkaSettings,
+                     errors: list[KafkaError], timeout_s: float) -> ClusterMetadata:
+    """All topics' metadata; KafkaSetupError (one line) when no broker answers in time.
+
+    Asks for every topic rather than some: asking for one may auto-create it."""
     try:
-        metadata = admin.list_topics(timeout=timeout_s)
+        metadata: ClusterMetadata = client.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        admin.poll(0.1)  # serves error_cb
+        client.poll(0.1)  # serves error_cb
         raise KafkaSetupError(_unreachable(kafka, timeout_s, exc.args[0], errors)) from exc
+    return metadata
+
+
+def check_topics(kafka: KafkaSettings, topics: list[str], *, timeout_s: float = 5.0,
+                 max_message_bytes: Mapping[str, tuple[int, str]] | None = None) -> None:
+    """Fail fast, with one line, when the broker does not answer, refuses our credentials,
+    a topic is missing, or a topic takes smaller messages than the daemon writes to it
+    (``max_message_bytes``: topic -> (bytes needed, the setting that needs them)); such a
+    message would stop the daemon on every restart."""
+    errors: list[KafkaError] = []
+    admin = AdminClient(quiet_config(kafka, errors))
+    metadata = cluster_metadata(admin, kafka, errors, timeout_s)
     missing = [t for t in topics if t not in metadata.topics]
     if missing:
         raise KafkaSetupError(
             f"topic(s) {', '.join(missing)} do not exist on {kafka.bootstrap_servers}; "
-            "create them (the daemon does not create topics)")
+            "create them: python -m consumer topics create --config CONFIG")
+    needs = max_message_bytes or {}
+    limits = topic_message_limits(admin, list(needs), timeout_s)
+    for topic, (needed, setting) in needs.items():
+        limit = limits.get(topic)
+        if limit is not None and limit < needed:
+            raise KafkaSetupError(too_small_message(topic, limit, needed, setting))
+
+
+def too_small_message(topic: str, limit: int, needed: int, setting: str) -> str:
+    return (f"topic {topic} takes messages of at most {limit} bytes (max.message.bytes), "
+            f"but {setting} needs {needed}: raise it (kafka-configs.sh --alter --entity-type "
+            f"topics --entity-name {topic} --add-config max.message.bytes={needed}) or "
+            f"lower {setting}")
+
+
+def topic_message_limits(admin: AdminClient, topics: list[str],
+                         timeout_s: float) -> dict[str, int]:
+    """Each topic's max.message.bytes; a topic we may not describe is left out (logged)."""
+    if not topics:
+        return {}
+    resources = [ConfigResource(ResourceType.TOPIC, topic) for topic in topics]
+    limits: dict[str, int] = {}
+    for resource, future in admin.describe_configs(resources,
+                                                   request_timeout=timeout_s).items():
+        try:
+            entries = future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            log.warning("cannot read the configuration of topic %s (%s): its "
+                        "max.message.bytes is not checked", resource.name, exc.args[0].str())
+            continue
+        limits[resource.name] = int(entries["max.message.bytes"].value)
+    return limits
 
 
 def _unreachable(kafka: KafkaSettings, timeout_s: float, error: KafkaError,
@@ -188,9 +241,7 @@ def _unreachable(kafka: KafkaSettings, timeout_s: float, error: KafkaError,
 
 def _reason(error: KafkaError) -> str:
     """librdkafka's message without the broker prefix and the '(after Nms in state X)'."""
-    head, sep, rest = error.str().partition(": ")
-    text = rest if sep and "://" in head else error.str()
-    return text.split(" (after ", 1)[0]
+    return _BROKER_PREFIX.sub("", error.str()).split(" (after ", 1)[0]
 
 
 def _admin_keys(kafka: KafkaSettings) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from consumer.config import ConfigError, Settings, load_settings, settings_from_dict
+from consumer.config import ConfigError, Settings, load_config, load_settings, settings_from_dict
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "config.yaml"
 
@@ -65,11 +65,11 @@ def test_minimal_document_fills_defaults() -> None:
 
 
 def test_librdkafka_keys_pass_through_untouched() -> None:
-    raw = {"fetch.max.bytes": 1 << 20, "enable.idempotence": True, "linger.ms": 5.5,
-           "compression.type": "zstd"}
-    settings = settings_from_dict(minimal(kafka={"consumer": raw, "producer": raw}))
-    assert settings.kafka.consumer == raw
-    assert settings.kafka.producer == raw
+    consumer = {"fetch.max.bytes": 1 << 20, "check.crcs": True, "fetch.wait.max.ms": 50}
+    producer = {"enable.idempotence": True, "linger.ms": 5.5, "compression.type": "zstd"}
+    settings = settings_from_dict(minimal(kafka={"consumer": consumer, "producer": producer}))
+    assert settings.kafka.consumer == consumer
+    assert settings.kafka.producer == producer
 
 
 # -- unknown keys ------------------------------------------------------------------------
@@ -279,3 +279,208 @@ def test_empty_file_reports_the_missing_sections(tmp_path: Path) -> None:
     message = str(info.value)
     assert f"{path}: input: " in message
     assert f"{path}: output: " in message
+
+
+# -- strict values -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (True, "true (a boolean)"), (1.5, "1.5 (a fraction)"), (1000.0, "1000.0 (a fraction)"),
+    ("1000", "the text '1000' (write it without quotes)"),
+])
+def test_a_window_size_must_be_a_whole_number(value: object, shown: str) -> None:
+    message = config_error(minimal(window={"size_ms": value, "timestamp_column": "ts"}))
+    assert message == f"config.yaml: window.size_ms: must be a whole number, not {shown}"
+
+
+@pytest.mark.parametrize(("section", "key"), [
+    ("processing", "poll_max_messages"), ("processing", "commit_interval_ms"),
+    ("input", "max_message_bytes"), ("output", "max_message_bytes"),
+    ("service", "http_port"), ("dlq_limit", "window_messages"),
+])
+def test_every_integer_setting_refuses_booleans_and_text(section: str, key: str) -> None:
+    base = minimal()
+    for value in (True, "5"):
+        data = {**base, section: {**base.get(section, {}), key: value}}
+        assert config_error(data).startswith(f"config.yaml: {section}.{key}: must be a whole "
+                                             "number, not ")
+
+
+def test_text_settings_refuse_numbers() -> None:
+    message = config_error(minimal(kafka={"group_id": 42}))
+    assert message == "config.yaml: kafka.group_id: must be text (put it in quotes)"
+
+
+def test_numbers_and_paths_still_load() -> None:
+    settings = settings_from_dict(minimal(
+        dlq_limit={"max_invalid_ratio": 1}, service={"liveness_timeout_s": 5},
+        kafka={"security": {"ssl_ca_location": "/etc/arrowagg/ca.pem"}}))
+    assert settings.dlq_limit.max_invalid_ratio == 1.0
+    assert settings.service.liveness_timeout_s == 5.0
+    assert settings.kafka.security.ssl_ca_location == Path("/etc/arrowagg/ca.pem")
+
+
+# -- the group id and the raw librdkafka keys --------------------------------------------
+
+
+def test_an_empty_group_id_is_one_line() -> None:
+    # librdkafka aborts the whole process (exit 134) on an empty group.id.
+    assert config_error(minimal(kafka={"group_id": ""})) == (
+        "config.yaml: kafka.group_id: must not be empty")
+    assert config_error(minimal(kafka={"consumer": {"group.id": ""}})) == (
+        "config.yaml: kafka.consumer.group.id: must not be empty")
+
+
+def test_an_unknown_librdkafka_key_is_named() -> None:
+    message = config_error(minimal(kafka={"consumer": {"fetch.wait.max.ms": 50,
+                                                       "fetch.max.bytez": 1}}))
+    assert message == ("config.yaml: kafka.consumer.fetch.max.bytez: librdkafka has no such "
+                       "property (check its spelling)")
+    message = config_error(minimal(kafka={"producer": {"lingerr.ms": 5}}))
+    assert message.startswith("config.yaml: kafka.producer.lingerr.ms: librdkafka has no such")
+
+
+def test_a_value_librdkafka_refuses_is_named_with_its_key() -> None:
+    message = config_error(minimal(kafka={"producer": {"linger.ms": "soon"}}))
+    assert message.startswith("config.yaml: kafka.producer.linger.ms: librdkafka refuses it: ")
+    assert "\n" not in message
+
+
+def test_a_key_of_the_other_client_is_named() -> None:
+    message = config_error(minimal(kafka={"consumer": {"acks": "all"},
+                                          "producer": {"fetch.min.bytes": 1}}))
+    assert message.splitlines() == [
+        ("config.yaml: kafka.consumer.acks: a producer property, which a consumer ignores; "
+        "move it to kafka.producer"),
+        ("config.yaml: kafka.producer.fetch.min.bytes: a consumer property, which a producer "
+        "ignores; move it to kafka.consumer"),
+    ]
+
+
+# -- keys that do not apply to the window ------------------------------------------------
+
+
+@pytest.mark.parametrize(("window", "key", "owners", "kind"), [
+    ({"kind": "tumbling", "size_ms": 1_000, "step_ms": 500, "timestamp_column": "ts"},
+     "step_ms", "hopping windows (tumbling ones advance by size_ms)", "event-time tumbling"),
+    ({"kind": "count", "count_rows": 10, "size_ms": 1_000}, "size_ms",
+     "tumbling and hopping windows", "count"),
+    ({"kind": "count", "count_rows": 10, "time": "processing"}, "time",
+     "tumbling and hopping windows", "count"),
+    ({"kind": "count", "count_rows": 10, "allowed_lateness_ms": 5}, "allowed_lateness_ms",
+     "event-time windows", "count"),
+    ({"kind": "tumbling", "size_ms": 1_000, "timestamp_column": "ts", "count_batches": 5},
+     "count_batches", "count windows", "event-time tumbling"),
+    ({"kind": "hopping", "size_ms": 1_000, "step_ms": 500, "time": "processing",
+      "count_rows": 5}, "count_rows", "count windows", "processing-time hopping"),
+    ({"kind": "tumbling", "time": "processing", "size_ms": 1_000, "idle_timeout_ms": 5},
+     "idle_timeout_ms", "event-time and count windows", "processing-time tumbling"),
+    ({"kind": "tumbling", "time": "processing", "size_ms": 1_000, "allowed_lateness_ms": 5},
+     "allowed_lateness_ms", "event-time windows", "processing-time tumbling"),
+])
+def test_a_key_of_another_kind_of_window_is_rejected(
+        window: dict[str, Any], key: str, owners: str, kind: str) -> None:
+    assert config_error(minimal(window=window)) == (
+        f"config.yaml: window.{key}: belongs to {owners}, and these are {kind} windows; "
+        "remove it (or change window.kind / window.time)")
+
+
+def test_count_windows_keep_their_idle_timeout_and_timestamp_column() -> None:
+    window = {"kind": "count", "count_rows": 10, "idle_timeout_ms": 500,
+              "timestamp_column": "ts"}
+    assert settings_from_dict(minimal(window=window)).window.idle_timeout_ms == 500
+
+
+def test_a_key_of_another_window_kind_set_to_its_default_is_as_good_as_absent() -> None:
+    # What a dump of the settings writes back: every key, most at their defaults.
+    window = {"kind": "count", "count_rows": 10, "time": "event", "size_ms": None,
+              "step_ms": None, "allowed_lateness_ms": 0, "count_batches": None}
+    assert settings_from_dict(minimal(window=window)).window.count_rows == 10
+
+
+# -- topics ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("output", "key", "says"), [
+    ({"topic": "in"}, "output.topic", ("'in' is also an input topic: the daemon would read "
+                                      "its own output back")),
+    ({"topic": "out", "late_topic": "in"}, "output.late_topic",
+     "'in' is also an input topic: the daemon would read its own late rows back"),
+    ({"topic": "out", "dlq_topic": "in"}, "output.dlq_topic",
+     "'in' is also an input topic: the daemon would read its own dead letters back"),
+    ({"topic": "out", "dlq_topic": "out"}, "output.dlq_topic",
+     "'out' is the output topic: subscribers would read dead letters as windows"),
+    ({"topic": "out", "late_topic": "out"}, "output.late_topic",
+     "'out' is the output topic: subscribers would read late rows as windows"),
+    ({"topic": "out", "late_topic": "x", "dlq_topic": "x"}, "output.dlq_topic",
+     "'x' is also output.late_topic"),
+])
+def test_a_topic_used_twice_is_rejected(output: dict[str, str], key: str, says: str) -> None:
+    message = config_error(minimal(output=output))
+    assert message.startswith(f"config.yaml: {key}: {says}")
+    assert "\n" not in message
+
+
+def test_an_input_topic_listed_twice_or_misnamed_is_rejected() -> None:
+    assert config_error(minimal(input={"topics": ["in", "a", "in"]})) == (
+        "config.yaml: input.topics: lists 'in' more than once")
+    assert config_error(minimal(output={"topic": "out put"})).startswith(
+        "config.yaml: output.topic: 'out put' is not a valid Kafka topic name")
+
+
+# -- which environment variable ----------------------------------------------------------
+
+
+def test_an_env_error_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARROWAGG_WINDOW__SIZE_MS", "-5")
+    monkeypatch.setenv("ARROWAGG_PROCESSING__POLL_MAX_MESSAGES", "many")
+    with pytest.raises(ConfigError) as info:
+        load_settings(EXAMPLE_CONFIG)
+    assert str(info.value).splitlines() == [
+        ("environment variable ARROWAGG_WINDOW__SIZE_MS: window.size_ms: Input should be "
+        "greater than 0"),
+        ("environment variable ARROWAGG_PROCESSING__POLL_MAX_MESSAGES: "
+        "processing.poll_max_messages: must be a whole number, not the text 'many' "
+        "(write it without quotes)"),
+    ]
+
+
+def test_a_misspelt_env_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARROWAGG_WINDOW__SIZEE_MS", "5000")
+    with pytest.raises(ConfigError) as info:
+        load_settings(EXAMPLE_CONFIG)
+    assert str(info.value) == ("environment variable ARROWAGG_WINDOW__SIZEE_MS: "
+                               "window.sizee_ms: unknown key (check its spelling and section)")
+
+
+def test_a_section_error_names_the_file_and_the_variables(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARROWAGG_WINDOW__STEP_MS", "2000")
+    with pytest.raises(ConfigError) as info:
+        settings_from_dict(minimal(window={"kind": "hopping", "size_ms": 1_000,
+                                           "timestamp_column": "ts"}), source="config.yaml")
+    assert str(info.value) == ("config.yaml with environment variable ARROWAGG_WINDOW__STEP_MS:"
+                               " window: hopping windows need step_ms, at most size_ms")
+
+
+def test_env_values_are_read_as_yaml_unless_the_key_takes_text(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARROWAGG_INPUT__TOPICS", "[a, b]")
+    monkeypatch.setenv("ARROWAGG_KAFKA__GROUP_ID", "007")
+    monkeypatch.setenv("ARROWAGG_KAFKA__CONSUMER", "{fetch.wait.max.ms: 50}")
+    monkeypatch.setenv("ARROWAGG_KAFKA__SECURITY__SASL_PASSWORD", "123456")
+    monkeypatch.setenv("ARROWAGG_SERVICE__HTTP_PORT", "null")
+    config = load_config(EXAMPLE_CONFIG)
+    settings = config.settings
+    assert settings.input.topics == ["a", "b"]
+    assert settings.kafka.group_id == "007"
+    assert settings.kafka.consumer == {"fetch.wait.max.ms": 50}
+    password = settings.kafka.security.sasl_password
+    assert password is not None
+    assert password.get_secret_value() == "123456"
+    assert settings.service.http_port is None
+    assert config.overrides == {
+        "input.topics": "ARROWAGG_INPUT__TOPICS", "kafka.group_id": "ARROWAGG_KAFKA__GROUP_ID",
+        "kafka.consumer": "ARROWAGG_KAFKA__CONSUMER",
+        "kafka.security.sasl_password": "ARROWAGG_KAFKA__SECURITY__SASL_PASSWORD",
+        "service.http_port": "ARROWAGG_SERVICE__HTTP_PORT"}

@@ -3,6 +3,7 @@ origin, late rows in the late topic, and the good rows' aggregates are unaffecte
 
 from __future__ import annotations
 
+import logging
 import random
 
 import pyarrow as pa
@@ -89,3 +90,28 @@ def test_poison_messages_go_to_the_dlq_and_late_rows_to_the_late_topic(
     assert int(got["row_count"].sum()) == good_rows.num_rows
     assert float(got["reading_sum"].sum()) == pytest.approx(
         pc.sum(good_rows["reading_sum"]).as_py(), rel=1e-9)
+
+
+def test_a_rejection_says_its_reason_once_in_the_log_and_the_dlq(
+    bootstrap: str, topic_factory: TopicFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    source, sink, dlq = topic_factory("in"), topic_factory("out"), topic_factory("dlq")
+    settings = daemon_settings(
+        bootstrap, source, sink, output={"dlq_topic": dlq},
+        window={"kind": "tumbling", "time": "event", "timestamp_column": "ts",
+                "size_ms": 1000, "idle_timeout_ms": 1000})
+    good = sensor_table(random.Random(5), 10, T0, 100)
+    with caplog.at_level(logging.WARNING, "consumer"), running_daemon(settings) as daemon:
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce(source, b"hello, not arrow at all", partition=0)
+        assert producer.flush(10) == 0
+        publish_tables(bootstrap, source, [(0, good)])
+        wait_all_committed(daemon, settings, rows=10)
+    [(value, headers)] = read_all(bootstrap, dlq, 1)
+    assert value == b"hello, not arrow at all"
+    assert headers["arrowagg.dlq.error-class"] == b"not-arrow-ipc"
+    message = headers["arrowagg.dlq.error-message"].decode()
+    assert "not-arrow-ipc" not in message
+    assert message  # the explanation itself
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rejected ")]
+    assert line == f"rejected {source}[0]@0: not-arrow-ipc: {message}"

@@ -154,3 +154,46 @@ def test_the_cli_reports_a_missing_topic_in_one_line(
     expected = (f"producer: topic {missing!r} does not exist on {bootstrap}; "
                 "create it first or check the topic name")
     assert err.splitlines() == [expected]
+
+
+def test_a_max_message_bytes_too_small_for_a_row_is_one_line_with_the_minimum(
+    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    topic = topic_factory("tiny")
+    out = tmp_path / "rows.arrows"
+    assert cli.main(["generate", "--out", str(out), "--batches", "2", "--start-ms", "0"]) == 0
+    capsys.readouterr()
+    code = cli.main(["publish", "--topic", topic, "--bootstrap-servers", bootstrap,
+                     "--max-message-bytes", "2000", str(out)])
+    [line] = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert line.startswith(f"producer: {out}: one row encodes to ")
+    needed = int(line.split("raise it to at least ")[1].split()[0])
+    assert needed > 2000
+    assert cli.main(["publish", "--topic", topic, "--bootstrap-servers", bootstrap,
+                     "--max-message-bytes", str(needed), str(out)]) == 0
+
+
+def test_a_truncated_file_says_how_much_was_sent_before_it_failed(
+    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    topic = topic_factory("truncated")
+    whole = tmp_path / "whole.arrows"
+    assert cli.main(["generate", "--out", str(whole), "--batches", "4", "--rows-per-batch",
+                     "1000", "--start-ms", "0"]) == 0
+    batches = pa.ipc.open_stream(pa.OSFile(str(whole))).read_all().to_batches()
+    cut = tmp_path / "cut.arrows"
+    size = whole.stat().st_size
+    cut.write_bytes(whole.read_bytes()[: size - size // 8])  # into the fourth batch
+    capsys.readouterr()
+    code = cli.main(["publish", "--topic", topic, "--bootstrap-servers", bootstrap, str(cut)])
+    [line] = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert line.startswith(f"producer: {cut}: cannot read it as arrow-stream (")
+    assert line.endswith("; before that, 3 batches (3,000 rows; 3 of 3 messages delivered) "
+                         f"had already been sent to topic {topic!r}")
+    sent = consume_all(bootstrap, topic, 3)
+    got = pa.Table.from_batches([decode_ipc_stream(m.value()).to_batches()[0] for m in sent])
+    assert_frame_equal(frame(got), frame(pa.Table.from_batches(batches[:3])))

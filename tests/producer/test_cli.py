@@ -141,6 +141,7 @@ def test_an_unreachable_broker_is_one_line_and_exit_2(
     ["publish", "--topic", "t"],
     ["publish", "x.arrows"],
     ["publish", "--topic", "t", "--compression", "gzip", "x.arrows"],
+    ["publish", "--topic", "t", "--max-message-bytes", "1000", "x.arrows"],
     ["frobnicate"],
     [],
 ])

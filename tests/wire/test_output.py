@@ -281,5 +281,15 @@ def test_decode_without_window_headers_is_an_output_format_error(
 ) -> None:
     (message,) = encode(closed_window(), fmt="arrow", compression="none",
                                max_bytes=1_000_000)
-    with pytest.raises(OutputFormatError, match="not an arrowagg output message"):
+    with pytest.raises(OutputFormatError, match=r"^(no arrowagg\.window-\w+ header|a header "
+                                                 r"that is not a number)"):
         decode_output(message.value, headers)
+
+
+@pytest.mark.parametrize("content_type", [b"application/x-ndjson",
+                                          b"application/vnd.apache.arrow.stream"])
+def test_a_value_that_is_not_results_is_an_output_format_error(content_type: bytes) -> None:
+    headers = [(HEADER_WINDOW_START, b"1"), (HEADER_WINDOW_END, b"2"),
+               ("content-type", content_type)]
+    with pytest.raises(OutputFormatError, match=r"^its value is not a window's results: "):
+        decode_output(b"hello, world", headers)

@@ -5,7 +5,14 @@ import re
 import pyarrow as pa
 import pytest
 
-from consumer.core.plan import AggFunc, AggregationPlan, ColumnAgg, PlanError, derive_plan
+from consumer.core.plan import (
+    AggFunc,
+    AggregationPlan,
+    ColumnAgg,
+    PlanError,
+    SkippedColumn,
+    derive_plan,
+)
 
 TS = pa.timestamp("ms", "UTC")
 
@@ -305,3 +312,21 @@ def test_describe_with_explicit_keys_and_no_keys() -> None:
 def test_plan_equality_ignores_the_reasons() -> None:
     schema = pa.schema([("k", pa.string()), ("n", pa.int64())])
     assert derive_plan(schema) == AggregationPlan(("k",), (ColumnAgg("n", "sum"),), (), None)
+
+
+def test_describe_says_an_integer_time_column_is_epoch_milliseconds() -> None:
+    text = plan_of(("ts", pa.int64()), ("v", pa.float64()), time_column="ts").describe()
+    assert text.splitlines()[0] == (
+        "time column: 'ts' (int64, read as epoch milliseconds; assigns windows; never a key)")
+    stamped = plan_of(("ts", TS), ("v", pa.float64()), time_column="ts").describe()
+    assert stamped.splitlines()[0] == f"time column: 'ts' ({TS}; assigns windows; never a key)"
+
+
+def test_an_unused_column_is_skipped_with_its_reason_unless_configured() -> None:
+    fields = (("ts", TS), ("site", pa.string()), ("v", pa.float64()))
+    plan = plan_of(*fields, unused={"ts": "not used by these windows"})
+    assert plan.keys == ("site",)
+    assert plan.skipped == (SkippedColumn("ts", str(TS), "not used by these windows"),)
+    assert plan_of(*fields, unused={"ts": "x"}, keys=["site", "ts"]).keys == ("site", "ts")
+    configured = plan_of(*fields, unused={"ts": "x"}, overrides={"ts": "max"})
+    assert ColumnAgg("ts", "max") in configured.aggregates

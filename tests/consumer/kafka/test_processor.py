@@ -50,10 +50,10 @@ def config(**sections: dict[str, object]) -> dict[str, object]:
                    "size_ms": SIZE_MS, "idle_timeout_ms": 60_000},
         "processing": {"commit_interval_ms": 1_000, "poll_max_messages": 100},
     }
-    for name, values in sections.items():
+    for name, values in sections.items():  # a None value removes the key
         base = data.get(name, {})
         assert isinstance(base, dict)
-        data[name] = {**base, **values}
+        data[name] = {k: v for k, v in {**base, **values}.items() if v is not None}
     return data
 
 

@@ -1,0 +1,185 @@
+"""``python -m consumer check``: the effective configuration, the windows in words, and
+what an operator would want to be warned about before the daemon runs.
+
+Pure text from the settings and, when the broker was asked, the topics as they are on it;
+the command line does the asking.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from consumer.config import LoadedConfig, Settings, WindowSettings, window_kind
+from consumer.kafka.topics import TopicState
+
+_SECRET_KEY = re.compile(r"password|secret|jaas|token|\.pem$")
+MASK = "**********"
+# librdkafka keys whose raw override undoes what exactly-once stands on.
+_EXACTLY_ONCE_KEYS: dict[str, dict[str, object]] = {
+    "consumer": {"isolation.level": "read_committed", "enable.auto.commit": False,
+                 "group.id": None, "enable.auto.offset.store": False},
+    "producer": {"transactional.id": None, "enable.idempotence": True, "acks": "all"},
+}
+_MANY_WINDOWS_PER_ROW = 10
+
+
+def effective_config(config: LoadedConfig) -> str:
+    """The settings as YAML, secrets masked; each key set by the environment carries a
+    comment naming its variable, each key left at its default says so."""
+    lines = [f"# {config.source}, with the environment's overrides; secrets masked"]
+    lines += _render(config.settings, "", config.overrides, 0)
+    return "\n".join(lines)
+
+
+def _render(model: BaseModel, prefix: str, overrides: Mapping[str, str],
+            depth: int) -> Iterator[str]:
+    indent = "  " * depth
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        key = f"{prefix}{name}"
+        note = _note(key, given=name in model.model_fields_set, overrides=overrides)
+        if isinstance(value, BaseModel):
+            yield f"{indent}{name}:{note}"
+            yield from _render(value, f"{key}.", overrides, depth + 1)
+        elif isinstance(value, dict) and value:
+            yield f"{indent}{name}:{note}"
+            for raw_key, raw in value.items():
+                shown = MASK if _SECRET_KEY.search(raw_key) else raw
+                yield f"{indent}  {raw_key}: {_scalar(shown)}"
+        else:
+            dumped = model.model_dump(mode="json", include={name})[name]
+            yield f"{indent}{name}: {_scalar(dumped)}{note}"
+
+
+def _note(key: str, *, given: bool, overrides: Mapping[str, str]) -> str:
+    for dotted, variable in overrides.items():
+        if key == dotted or key.startswith(dotted + "."):
+            return f"  # from {variable}"
+    return "" if given else "  # default"
+
+
+def _scalar(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()
+
+
+def describe_windows(settings: Settings) -> str:
+    """The window settings in words."""
+    window, output = settings.window, settings.output
+    if window.kind == "count":
+        return _count_words(window)
+    assert window.size_ms is not None  # noqa: S101 - checked by the config model
+    step = window.step_ms or window.size_ms
+    shape = (f"tumbling windows of {_duration(window.size_ms)}" if window.kind == "tumbling"
+             else f"hopping windows of {_duration(window.size_ms)} every {_duration(step)} "
+                  f"(each row counts in {-(-window.size_ms // step)} windows)")
+    bounds = "aligned to the epoch (a window starts at a multiple of its step)"
+    if window.time == "processing":
+        return (f"{shape}, by processing time, {bounds}: a message's rows fall in the window "
+                "of the moment the daemon reads them, and a window closes when the clock "
+                "passes its end. No row is ever late.")
+    late = (f"sent to {output.late_topic}" if output.late_topic
+            else "counted and dropped (no output.late_topic)")
+    return (f"{shape}, by event time from column {window.timestamp_column!r} (a timestamp, "
+            f"or an integer read as epoch milliseconds), {bounds}. A window closes once the "
+            "watermark passes its end: the oldest, over the input partitions, of the newest "
+            f"event time read, less allowed_lateness_ms ({_duration(window.allowed_lateness_ms)}"
+            f"). A partition with no message for idle_timeout_ms "
+            f"({_duration(window.idle_timeout_ms)}) and no backlog stops holding it back. "
+            f"Rows for a window already closed are late: {late}.")
+
+
+def _count_words(window: WindowSettings) -> str:
+    limits = [f"{window.count_batches} messages" if window.count_batches else "",
+              f"{window.count_rows} rows" if window.count_rows else ""]
+    return ("count windows: a window closes after " + " or ".join(filter(None, limits))
+            + " (a message is never split), or after idle_timeout_ms "
+            f"({_duration(window.idle_timeout_ms)}) without input. Its window_start and "
+            "window_end are processing times: when its first message was read, and when "
+            "it closed.")
+
+
+def warnings(settings: Settings, topics: Mapping[str, TopicState] | None) -> list[str]:
+    """What may surprise an operator; ``topics`` (None: the broker was not asked) as
+    they are on the broker."""
+    return [*_window_warnings(settings, topics), *_output_warnings(settings, topics),
+            *_guarantee_warnings(settings)]
+
+
+def _window_warnings(settings: Settings,
+                     topics: Mapping[str, TopicState] | None) -> Iterator[str]:
+    window = settings.window
+    if window.kind != "count" and window.time == "event":
+        partitions = None if topics is None else sum(
+            topics[t].partitions for t in settings.input.topics if t in topics)
+        if window.allowed_lateness_ms == 0 and partitions != 1:
+            several = "several partitions" if partitions is None else f"{partitions} partitions"
+            yield ("window.allowed_lateness_ms is 0: a row older than the newest one already "
+                   f"read from its partition is late; with {several} and producers sharing "
+                   "them, rows rarely arrive in order: allow for their disorder")
+        assert window.size_ms is not None  # noqa: S101 - checked by the config model
+        if window.idle_timeout_ms < window.size_ms:
+            yield (f"window.idle_timeout_ms ({_duration(window.idle_timeout_ms)}) is shorter "
+                   f"than a window ({_duration(window.size_ms)}): a producer pausing longer "
+                   "than that no longer holds windows open, and its next rows may be late")
+        if window.step_ms and window.size_ms // window.step_ms > _MANY_WINDOWS_PER_ROW:
+            yield (f"each row is aggregated in {window.size_ms // window.step_ms} hopping "
+                   "windows (size_ms / step_ms): that many times the work and state")
+    elif window.timestamp_column is not None and window.timestamp_column not in (
+            settings.aggregation.keys or ()):
+        yield (f"window.timestamp_column {window.timestamp_column!r} is not used by "
+               f"{window_kind(window)} windows: the column is skipped, not a key (list it in "
+               "aggregation.keys to group by it)")
+
+
+def _output_warnings(settings: Settings,
+                     topics: Mapping[str, TopicState] | None) -> Iterator[str]:
+    output = settings.output
+    if output.late_topic is None and settings.window.kind != "count" and (
+            settings.window.time == "event"):
+        yield ("output.late_topic is not set: late rows are counted "
+               "(arrowagg_late_rows_total) and dropped")
+    if output.dlq_topic is None:
+        yield ("output.dlq_topic is not set: rejected messages are logged and dropped, and "
+               "cannot be looked at later (tail --dlq)")
+        return
+    known = topics or {}
+    dlq = known.get(output.dlq_topic)
+    inputs = [known[t].max_message_bytes for t in settings.input.topics if t in known]
+    largest = max((size for size in inputs if size is not None), default=None)
+    if dlq is not None and dlq.max_message_bytes is not None and largest is not None and (
+            dlq.max_message_bytes < largest):
+        yield (f"the dead-letter topic {output.dlq_topic} takes messages of at most "
+               f"{dlq.max_message_bytes} bytes, an input topic up to {largest}: a rejected "
+               "message larger than the dead-letter topic takes cannot be dead-lettered")
+
+
+def _guarantee_warnings(settings: Settings) -> Iterator[str]:
+    if settings.processing.guarantee != "exactly_once":
+        return
+    if settings.processing.instance_id is None:
+        yield ("processing.instance_id is not set: the host name "
+               f"({socket.gethostname()}) names the instance; keep it stable across "
+               "restarts (a container gets a new host name each time), or a restarted "
+               "instance cannot fence the transactions of its predecessor")
+    for role, keys in _EXACTLY_ONCE_KEYS.items():
+        raw = getattr(settings.kafka, role)
+        for key, safe in keys.items():
+            if key in raw and raw[key] != safe:
+                yield (f"kafka.{role}.{key} overrides a setting exactly-once depends on "
+                       f"({'arrowagg sets it' if safe is None else f'it must be {safe!r}'})")
+
+
+def _duration(ms: int) -> str:
+    for unit, size in (("h", 3_600_000), ("min", 60_000), ("s", 1_000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size} {unit}"
+    if ms >= 1_000:
+        return f"{ms / 1_000:g} s"
+    return f"{ms} ms"

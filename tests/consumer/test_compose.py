@@ -1,0 +1,66 @@
+"""The composition root's plan: which columns the configured windows make keys."""
+
+from __future__ import annotations
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from polars.testing import assert_frame_equal
+
+from consumer.compose import plan_for
+from consumer.config import settings_from_dict
+from tests.consumer.kafka.test_processor import SITES, SOURCE, Rig, config
+
+SCHEMA = pa.schema([("site", pa.string()), ("ts", pa.timestamp("ms", tz="UTC")),
+                    ("v", pa.float64())])
+
+
+COUNT_WINDOW = {"kind": "count", "time": None, "size_ms": None, "timestamp_column": "ts"}
+
+
+@pytest.mark.parametrize(("window", "kind"), [
+    ({**COUNT_WINDOW, "count_rows": 10}, "count"),
+    ({"time": "processing", "idle_timeout_ms": None}, "processing-time tumbling"),
+])
+def test_the_timestamp_column_is_no_key_of_windows_without_event_time(
+        window: dict[str, object], kind: str) -> None:
+    settings = settings_from_dict(config(window=window))
+    plan = plan_for(settings, SCHEMA)
+    assert plan.keys == ("site",)
+    assert plan.time_column is None
+    [skipped] = plan.skipped
+    assert skipped.name == "ts"
+    assert skipped.reason.startswith(f"window.timestamp_column, which {kind} windows do not use")
+    assert "'ts': window.timestamp_column" in plan.describe()
+
+
+def test_a_timestamp_column_listed_in_the_keys_stays_a_key() -> None:
+    settings = settings_from_dict(config(window={**COUNT_WINDOW, "count_rows": 10},
+                                         aggregation={"keys": ["site", "ts"]}))
+    assert plan_for(settings, SCHEMA).keys == ("site", "ts")
+
+
+@pytest.mark.parametrize("window", [
+    {**COUNT_WINDOW, "count_rows": 1_250},
+    {"time": "processing", "idle_timeout_ms": None, "size_ms": 10_000},
+], ids=["count", "processing-time"])
+def test_windows_without_event_time_group_by_the_keys_not_by_time(
+        window: dict[str, object]) -> None:
+    # Each row's distinct time made it a group of its own (issue 12: 991 groups of 1,250).
+    rig = Rig(partitions=1, window=window)
+    rig.consumer.rebalance("assign", [(SOURCE, 0)])
+    for index in range(1_250 // len(SITES) + 1):
+        rig.publish(0, pa.table({
+            "site": list(SITES),
+            "ts": pa.array([index * 10 + i for i in range(len(SITES))],
+                           pa.timestamp("ms", tz="UTC")),
+            "v": [1.0] * len(SITES)}))
+    rig.turns(5)
+    rig.clock.now_ms += 10_000  # past the processing-time window's end
+    rig.turns(2)
+    got = rig.output().select("site", "v", "row_count").sort("site")
+    rows = sum(t.num_rows for t in rig.published)
+    expected = pl.DataFrame({"site": list(SITES), "v": [rows / 3] * 3,
+                             "row_count": [rows // 3] * 3},
+                            schema_overrides={"row_count": pl.Int64})
+    assert_frame_equal(got, expected, check_dtypes=False)

@@ -1,0 +1,239 @@
+"""The settings: frozen, strict pydantic models, one section each.
+
+Each component receives its own sub-model (``settings.window``, ``settings.output``, ...),
+never the whole ``Settings`` or ``os.environ``. Raw librdkafka keys pass through untouched
+in ``kafka.consumer`` and ``kafka.producer``. Values are strict: a number of milliseconds
+is a YAML integer, never ``true``, ``1.5`` or ``"1000"``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, Self
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    SecretStr,
+    Strict,
+    StringConstraints,
+    model_validator,
+)
+
+from consumer.core.plan import AggFunc
+from wire.errors import UsageError
+
+ENV_PREFIX = "ARROWAGG_"
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+LibrdkafkaValue = str | int | float | bool
+KeyPath = tuple[str | int, ...]
+# A key that is wrong, and what is wrong with it.
+Problem = tuple[KeyPath, str]
+
+
+def _not_dots(name: str) -> str:
+    if name in {".", ".."}:
+        raise ValueError(f"{name!r} is not a valid Kafka topic name")
+    return name
+
+
+# Kafka's own rule for topic names.
+TopicName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$"),
+                      AfterValidator(_not_dots)]
+# Strict models take paths as YAML strings.
+FilePath = Annotated[Path, Strict(strict=False)]
+
+
+class ConfigError(UsageError):
+    """A configuration a user must mend; ``str()`` is one line per problem."""
+
+    headline: ClassVar[str] = "bad configuration: "
+
+
+class _Section(BaseModel):
+    # strict: no bool for an int, no float or numeric string for an int, no number for text.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class SecuritySettings(_Section):
+    """How every client (consumer, producer, admin) authenticates and encrypts.
+
+    Secrets are ``SecretStr`` (never printed); the SASL password can come from the
+    environment (``ARROWAGG_KAFKA__SECURITY__SASL_PASSWORD``) or a file
+    (``sasl_password_file``, e.g. a systemd credential), read when the config is loaded.
+    """
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    sasl_password_file: FilePath | None = None
+    ssl_ca_location: FilePath | None = None
+    ssl_certificate_location: FilePath | None = None
+    ssl_key_location: FilePath | None = None
+    ssl_key_password: SecretStr | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_password_file(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("sasl_password_file"):
+            return data
+        if data.get("sasl_password"):
+            raise ValueError("give sasl_password or sasl_password_file, not both")
+        path = Path(data["sasl_password_file"])
+        try:
+            password = path.read_text().rstrip("\r\n")
+        except OSError as err:
+            raise ValueError(f"cannot read sasl_password_file {path} ({err.strerror})") from None
+        if not password:
+            raise ValueError(f"sasl_password_file {path} is empty")
+        return {**data, "sasl_password": password}
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if not self.security_protocol.startswith("SASL_"):
+            return self
+        missing = [name for name in ("sasl_mechanism", "sasl_username", "sasl_password")
+                   if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"{self.security_protocol} needs {', '.join(missing)} "
+                             "(the password may come from sasl_password_file or "
+                             "ARROWAGG_KAFKA__SECURITY__SASL_PASSWORD)")
+        return self
+
+
+class KafkaSettings(_Section):
+    bootstrap_servers: str = Field(default="127.0.0.1:9092", min_length=1)
+    group_id: str = Field(default="arrowagg", min_length=1)
+    client_id: str = "arrowagg"
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
+    consumer: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
+    producer: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
+
+
+class InputSettings(_Section):
+    topics: list[TopicName] = Field(min_length=1)
+    max_message_bytes: PositiveInt = 16 * 1024 * 1024
+    max_rows_per_message: PositiveInt = 10_000_000
+    max_decoded_bytes_per_message: PositiveInt = 1 << 30
+    # Memory budget: distinct (window, keys) groups held across open windows. When it is
+    # reached, the open windows are emitted as non-final revisions and start afresh;
+    # "pause" first pauses the partitions ahead of the watermark at 80% of it
+    # (consumer/core/budget.py).
+    max_groups: PositiveInt = 5_000_000
+    over_budget: Literal["pause", "emit_early"] = "pause"
+
+
+class DlqLimitSettings(_Section):
+    """Stop the daemon when bad input becomes the norm rather than the exception."""
+
+    max_invalid_ratio: float = Field(default=0.5, gt=0, le=1)
+    window_messages: PositiveInt = 1_000   # the ratio is over the last N messages
+    max_consecutive_invalid: PositiveInt = 1_000
+
+
+class OutputSettings(_Section):
+    topic: TopicName
+    format: Literal["arrow", "json"] = "arrow"
+    compression: Literal["none", "lz4", "zstd"] = "zstd"
+    max_message_bytes: PositiveInt = 1_000_000
+    late_topic: TopicName | None = None
+    dlq_topic: TopicName | None = None
+
+
+class WindowSettings(_Section):
+    kind: Literal["tumbling", "hopping", "count"] = "tumbling"
+    time: Literal["event", "processing"] = "event"
+    timestamp_column: str | None = None
+    size_ms: PositiveInt | None = None
+    step_ms: PositiveInt | None = None
+    allowed_lateness_ms: int = Field(default=0, ge=0)
+    # Rows whose event time is after the wall clock plus this are dead-lettered
+    # (future-event-time) rather than let one bad clock move the watermark for good;
+    # null: no bound. One hour, like the broker's log.message.timestamp.after.max.ms.
+    max_future_ms: int | None = Field(default=3_600_000, ge=0)
+    idle_timeout_ms: PositiveInt = 10_000
+    count_batches: PositiveInt | None = None
+    count_rows: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.kind == "count":
+            if self.count_batches is None and self.count_rows is None:
+                raise ValueError("count windows need count_batches or count_rows")
+            return self
+        if self.size_ms is None:
+            raise ValueError(f"{self.kind} windows need size_ms")
+        if self.kind == "hopping" and (self.step_ms is None or self.step_ms > self.size_ms):
+            raise ValueError("hopping windows need step_ms, at most size_ms")
+        if self.time == "event" and not self.timestamp_column:
+            raise ValueError("event-time windows need timestamp_column")
+        return self
+
+
+class AggregationSettings(_Section):
+    keys: list[str] | None = None
+    columns: dict[str, AggFunc] = Field(default_factory=dict)
+
+
+class ProcessingSettings(_Section):
+    guarantee: Literal["exactly_once", "at_least_once"] = "exactly_once"
+    # Stable per instance (default: the host name). It names the static group member
+    # (group.instance.id: a restarted instance takes its partitions back at once, without
+    # waiting for the session timeout) and the transactional.id "<group_id>-<instance_id>"
+    # (a restarted instance fences its predecessor and aborts what it left open).
+    instance_id: str | None = Field(default=None, min_length=1)
+    poll_max_messages: PositiveInt = 500
+    poll_timeout_ms: PositiveInt = 200
+    merge_every_batches: PositiveInt = 8
+    commit_interval_ms: PositiveInt = 1_000
+
+
+class ServiceSettings(_Section):
+    """How the daemon is watched: HTTP /metrics, /healthz, /readyz, librdkafka stats."""
+
+    http_host: str = "127.0.0.1"
+    http_port: int | None = Field(default=9464, ge=0, le=65535)  # None: no HTTP server
+    statistics_interval_ms: int = Field(default=5_000, ge=0)     # 0: no librdkafka stats
+    # /healthz turns 503 when the main loop has not turned for this long. A turn can take
+    # a whole flush (a transaction commit) or a rebalance callback: keep it generous.
+    liveness_timeout_s: PositiveFloat = 60.0
+
+
+class LoggingSettings(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["text", "json"] = "text"
+
+
+class ScaleOutSettings(_Section):
+    """Two-stage scale-out (docs/design.md, "Scale-out"): every instance pre-aggregates its
+    input partitions into partial states, sent by a hash of the group keys to the
+    repartition topic; every instance merges the repartition partitions it owns and
+    emits a window when every input partition is past it. Start more identical
+    instances to scale; the output has one row per (window, keys)."""
+
+    repartition_topic: str = Field(min_length=1)
+    # Created with this many partitions when missing: stage 2's parallelism (at most one
+    # busy instance per partition). Keep it at least the number of instances.
+    partitions: PositiveInt = 12
+    replication_factor: PositiveInt | None = None  # None: the broker's default
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    input: InputSettings
+    output: OutputSettings
+    window: WindowSettings
+    aggregation: AggregationSettings = Field(default_factory=AggregationSettings)
+    processing: ProcessingSettings = Field(default_factory=ProcessingSettings)
+    dlq_limit: DlqLimitSettings = Field(default_factory=DlqLimitSettings)
+    service: ServiceSettings = Field(default_factory=ServiceSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    scale_out: ScaleOutSettings | None = None  # None: each instance emits its own windows

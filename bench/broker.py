@@ -61,11 +61,14 @@ def kafka_version(bootstrap: str) -> str:
     return done.stdout.strip() or "unknown"
 
 
-def create_topic(bootstrap: str, prefix: str, partitions: int) -> str:
+def create_topic(bootstrap: str, prefix: str, partitions: int,
+                 config: dict[str, str] | None = None) -> str:
+    """A new uuid-named topic; ``config``: topic-level settings."""
     name = f"bench-{prefix}-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1)], operation_timeout=30)
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        operation_timeout=30)
     try:
         futures[name].result(timeout=60)
     except Exception as err:

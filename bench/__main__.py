@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -31,6 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {
         "machine": info, "sizes": "smoke" if args.smoke else "full",
         "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "load": {"start": os.getloadavg()[0]},
     }
     if "kernel" in sections:
         results["kernel"] = run_kernel(sizes)
@@ -44,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "latency" in sections:
                 results["latency"] = run_latency(bootstrap, sizes)
     results["wall_s"] = time.monotonic() - started
+    results["load"]["end"] = os.getloadavg()[0]
     write_outputs(results, Path(args.results), Path(args.doc), plot=not args.no_plot)
     print(f"wall time {results['wall_s']:.0f} s", flush=True)
     return 0

@@ -102,25 +102,46 @@ BY_NAME = {peer.name: peer for peer in PEERS}
 
 def run_all(bootstrap: str, runs: dict[str, PeerRun],
             step: Callable[[str], None] = lambda _what: None) -> dict[str, Any]:
-    """Every peer in ``runs``, arrowagg first; skipped ones say why."""
+    """Every peer in ``runs`` (in ``schedule`` order); skipped ones say why."""
     results: dict[str, Any] = {}
+    slices: dict[str, tuple[Payloads, Any]] = {}
+    figures: dict[str, list[dict[str, Any]]] = {}
     for name, run in runs.items():
         peer = BY_NAME[name]
         about = {"label": peer.label, "input": peer.input, "uneven": peer.uneven}
         if run.windows == 0:
             results[name] = {**about, "skipped": "not run at these sizes"}
-            continue
-        if not peer.python().exists():
+        elif not peer.python().exists():
             results[name] = {**about, "skipped": f"no interpreter: make bench installs one "
                                                  f"in .venv/{peer.venv}"}
-            continue
-        step(f"e2e peers: {peer.label}, {run.windows} windows of 20,000 rows")
-        payloads = peer_data.slice_payloads(run.windows)
-        expected = peer_data.reference(payloads)
-        figures = [measure(bootstrap, peer, payloads, expected)
-                   for _ in range(run.repetitions)]
-        results[name] = _median(figures)
-    return results
+        else:
+            payloads = peer_data.slice_payloads(run.windows)
+            slices[name] = (payloads, peer_data.reference(payloads))
+            figures[name] = []
+    for name in schedule({n: r for n, r in runs.items() if n in slices}):
+        peer, (payloads, expected) = BY_NAME[name], slices[name]
+        step(f"e2e peers: {peer.label}, {payloads.windows} windows of 20,000 rows")
+        figures[name].append(measure(bootstrap, peer, payloads, expected))
+    return {name: results.get(name) or _median(figures[name]) for name in runs}
+
+
+def schedule(runs: dict[str, PeerRun]) -> list[str]:
+    """The order of the runs: arrowagg's repetitions spread over the section (first,
+    between the others, last), since its rate is the numerator of every ratio and the
+    machine's load drifts; the others in order."""
+    others = [name for name, run in runs.items() if name != "arrowagg"
+              for _ in range(run.repetitions)]
+    ours = runs["arrowagg"].repetitions if "arrowagg" in runs else 0
+    if ours == 0:
+        return others
+    if ours == 1:
+        return ["arrowagg", *others]
+    order: list[str] = []
+    for i in range(ours):
+        order.append("arrowagg")
+        if i < ours - 1:
+            order += others[len(others) * i // (ours - 1):len(others) * (i + 1) // (ours - 1)]
+    return order
 
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -141,6 +162,7 @@ def measure(bootstrap: str, peer: Peer, payloads: Payloads,
     output = create_topic(bootstrap, f"peer-{peer.name}-out", 1,
                           {"message.timestamp.type": "LogAppendTime"})
     groups = [f"bench-{peer.name}-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    load = os.getloadavg()[0]  # other work on the machine: the noise in this run
     try:
         fill(bootstrap, source, [(0, v) for v in values])
         startup = _probe(bootstrap, peer, source, groups[1]) if peer.probe_startup else None
@@ -148,7 +170,7 @@ def measure(bootstrap: str, peer: Peer, payloads: Payloads,
                       expected=expected.height)
     finally:
         delete_topics(bootstrap, [source, output, *_topics_of(bootstrap, groups)])
-    base = {"label": peer.label, "input": peer.input, "uneven": peer.uneven,
+    base = {"label": peer.label, "input": peer.input, "uneven": peer.uneven, "load": load,
             "windows": payloads.windows, "rows": payloads.rows, "messages": len(values),
             "exit_code": run.exit_code}
     got = None

@@ -86,6 +86,16 @@ def _ceiling(readers: dict[str, Any]) -> dict[str, Any]:
     return max(raws, key=lambda r: float(r["rows_per_s"]))
 
 
+def _load(results: dict[str, Any]) -> str:
+    """The machine's 1-minute load average: other work on it is the noise in every figure."""
+    load = results.get("load", {})
+    if "start" not in load:
+        return ""
+    end = f", {load['end']:.1f} at the end" if "end" in load else ""
+    return (f"load average (1 min): {load['start']:.1f} at the start{end}, "
+            f"on {results['machine']['cores']} cores")
+
+
 def _gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.0f} MB"
 
@@ -132,19 +142,20 @@ def peers_table(results: dict[str, Any]) -> str:
     for name, fig in peers.items():
         label = fig.get("label", name)
         if "skipped" in fig:
-            rows.append([label, fig.get("input", ""), "", "", "", "",
+            rows.append([label, fig.get("input", ""), "", "", "", "", "",
                          f"skipped: {fig['skipped']}"])
         elif "wrong" in fig:
             rows.append([label, fig["input"], f"{fig['rows']:,}", "", "", "",
-                         f"**wrong output**, not timed: {fig['wrong']}"])
+                         f"{fig['load']:.1f}", f"**wrong output**, not timed: {fig['wrong']}"])
         else:
             ratio = (f"{ours / fig['rows_per_s']:.1f}x" if ours and name != "arrowagg"
                      else "1x" if ours else "")
             rows.append([label, fig["input"], f"{fig['rows']:,}", f"{fig['startup_s']:.2f}",
                          f"{fig['rows_per_s']:,.0f}", f"{fig['launch_to_last_rows_per_s']:,.0f}",
-                         ratio])
+                         f"{fig['load']:.1f}", ratio])
     return _table(["peer", "input", "rows", "startup s", "steady rows/s",
-                   "launch to last result, rows/s", "arrowagg steady / peer steady"], rows)
+                   "launch to last result, rows/s", "machine load",
+                   "arrowagg steady / peer steady"], rows)
 
 
 def peers_uneven(results: dict[str, Any]) -> str:
@@ -194,7 +205,9 @@ topic and writes its results to another, in a process of its own launched by the
 Every result is checked against DuckDB before any figure counts. *Startup*: launch to the
 first input message in the peer's hands; *steady*: rows over first input to last result
 (as the broker appended it; for arrowagg, the commit that made it readable). The ratio is
-per row: the slices differ only in how many windows they hold."""
+per row: the slices differ only in how many windows they hold. *Machine load*: the
+1-minute load average when the (median) run started; arrowagg's runs are spread over the
+section so its median sees the same drift as the peers."""
 
 
 LATENCY_NAMES = {
@@ -216,6 +229,7 @@ def markdown(results: dict[str, Any], *, method: str, findings: str, plot: bool)
         f"kafka: Apache Kafka {results.get('kafka', 'n/a')}, single local broker",
         f"run: {results.get('started', '')}, sizes {results.get('sizes', '')}, "
         f"wall time {wall:.0f} s" if wall else "",
+        _load(results),
         "```",
         "",
         "Ratios are the headline; absolute figures on a small shared machine are context.",

@@ -197,3 +197,4 @@ def test_the_runners_lines_are_merged_and_chatter_ignored() -> None:
     lines = ['{"first_input": 1.5}', "Received SIGTERM, initiating shutdown...",
              '{"committed": 2.0}', "{not json", '{"committed": 3.0}']
     assert peer_data.reported(lines) == {"first_input": 1.5, "committed": 3.0}
+

@@ -181,8 +181,10 @@ def measure(bootstrap: str, peer: Peer, payloads: Payloads,
             f"{run.rows:,} of {expected.height:,} results before it {run.ended}")
     except Exception as err:  # noqa: BLE001 - an unreadable output is a wrong output
         wrong = f"unreadable output: {err}"
-    if wrong is not None:
-        return {**base, "wrong": wrong, "stderr": run.stderr[-600:]}
+    if wrong is not None:  # its stderr to the console only: it names this machine's paths
+        print(f"{peer.label} was wrong; its stderr ends:\n{run.stderr[-1500:]}",
+              file=sys.stderr, flush=True)
+        return {**base, "wrong": wrong}
     first = run.reported.get("first_input")
     if startup is not None:  # the probe's startup, placed before this run's last result
         first = run.launched + startup

@@ -33,16 +33,44 @@ unit: venv
 demo: venv
 	$(PY) scripts/demo
 
-# Installs the bench extra (once per pyproject.toml change) and Quix Streams in an
-# interpreter of its own (.venv/quix), then runs the harness: bench/results/*.json and
-# docs/benchmarks.md (with docs/benchmarks.png).
+# The end-to-end peers each get an interpreter of their own, (re)made when their
+# requirements change: $(call peer_venv,NAME,PYTHON) makes .venv/NAME from
+# bench/NAME-requirements.txt.
+define peer_venv
+	@if [ ! $(VENV)/$(1)/.stamp -nt bench/$(1)-requirements.txt ]; then \
+		$(2) -m venv $(VENV)/$(1) && \
+		$(VENV)/$(1)/bin/pip install --quiet -r bench/$(1)-requirements.txt && \
+		touch $(VENV)/$(1)/.stamp; fi
+endef
+
+# Denormalized needs Python 3.12+: PYTHON312 when set, else PYTHON when new enough, else
+# python3.1x on PATH, else one that pyenv has installed (its shims only answer for the
+# active version, so its version directories are searched).
+FIND_PY312 = for c in $(PYTHON312) $(PYTHON) python3.14 python3.13 python3.12 \
+	$$(pyenv root 2>/dev/null)/versions/3.1[2-9]*/bin/python3; do \
+	"$$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
+	&& { command -v "$$c"; break; }; done
+
+# Installs the bench extra (once per pyproject.toml change) and the end-to-end peers
+# (Quix Streams, Bytewax, Denormalized) in interpreters of their own under .venv/, then
+# runs the harness: bench/results/*.json and docs/benchmarks.md (with docs/benchmarks.png).
+# A peer whose interpreter is missing is reported as skipped.
 bench: venv
 	@if [ ! $(VENV)/.bench-stamp -nt pyproject.toml ]; then \
 		$(PY) -m pip install --quiet -e '.[dev,bench]' && touch $(VENV)/.bench-stamp; fi
-	@if [ ! $(VENV)/quix/.stamp -nt bench/quix-requirements.txt ]; then \
-		$(PYTHON) -m venv $(VENV)/quix && \
-		$(VENV)/quix/bin/pip install --quiet -r bench/quix-requirements.txt && \
-		touch $(VENV)/quix/.stamp; fi
+	$(call peer_venv,quix,$(PYTHON))
+	$(call peer_venv,bytewax,$(PYTHON))
+	@if [ ! $(VENV)/denormalized/.stamp -nt bench/denormalized-requirements.txt ]; then \
+		py=$$($(FIND_PY312)); \
+		if [ -z "$$py" ]; then \
+			echo "make bench: Denormalized needs Python 3.12 or later and none was found;" \
+				"install one (your distribution's python3.12/python3.13, or pyenv install" \
+				"3.12) or set PYTHON312=/path/to/python3.12. Going on without it." >&2; \
+		else \
+			$$py -m venv $(VENV)/denormalized && \
+			$(VENV)/denormalized/bin/pip install --quiet \
+				-r bench/denormalized-requirements.txt && \
+			touch $(VENV)/denormalized/.stamp; fi; fi
 	$(PY) -m bench
 
 broker-start: venv

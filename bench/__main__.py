@@ -13,13 +13,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import e2e, kernel, latency, memory, payloads, report
+from bench import e2e, kernel, latency, memory, payloads, peers, report
 from bench.broker import broker, delete_topics, kafka_version
 from bench.machine import describe, machine_info
 from bench.sizes import FULL, SMOKE, Sizes
 
 SECTIONS = ("kernel", "e2e", "memory", "latency")
-DEFAULT_QUIX = report.REPO / ".venv" / "quix" / "bin" / "python"
 TEXT = Path(__file__).resolve().parent / "text"
 
 
@@ -27,13 +26,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     sizes = SMOKE if args.smoke else FULL
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    quix = Path(os.environ.get("BENCH_QUIX_PYTHON", str(DEFAULT_QUIX)))
     started = time.monotonic()
-    info = machine_info(quix)
+    info = machine_info({p.package: p.python() for p in peers.PEERS if p.package})
     print(describe(info), flush=True)
     results: dict[str, Any] = {
         "machine": info, "sizes": "smoke" if args.smoke else "full",
         "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "load": {"start": os.getloadavg()[0]},
     }
     if "kernel" in sections:
         results["kernel"] = run_kernel(sizes)
@@ -43,10 +42,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         with broker() as bootstrap:
             results["kafka"] = kafka_version(bootstrap)
             if "e2e" in sections:
-                results["e2e"] = run_e2e(bootstrap, sizes, quix)
+                results["e2e"] = run_e2e(bootstrap, sizes)
             if "latency" in sections:
                 results["latency"] = run_latency(bootstrap, sizes)
     results["wall_s"] = time.monotonic() - started
+    results["load"]["end"] = os.getloadavg()[0]
     write_outputs(results, Path(args.results), Path(args.doc), plot=not args.no_plot)
     print(f"wall time {results['wall_s']:.0f} s", flush=True)
     return 0
@@ -90,7 +90,7 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**chosen, "runs_s": [r["seconds"] for r in runs]}
 
 
-def run_e2e(bootstrap: str, sizes: Sizes, quix: Path) -> dict[str, Any]:
+def run_e2e(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
     encodings: dict[str, Any] = {}
     for encoding in payloads.ENCODINGS:
         _step(f"e2e: filling a {sizes.e2e_partitions}-partition topic, {encoding} keys")
@@ -108,19 +108,20 @@ def run_e2e(bootstrap: str, sizes: Sizes, quix: Path) -> dict[str, Any]:
                   f"{figures[name]['mb_per_s']:.0f} MB/s", flush=True)
         encodings[encoding] = figures
         delete_topics(bootstrap, [topic.name])
-    return {"encodings": encodings, "quix": run_quix(bootstrap, sizes, quix)}
+    return {"encodings": encodings, "peers": run_peers(bootstrap, sizes)}
 
 
-def run_quix(bootstrap: str, sizes: Sizes, quix: Path) -> dict[str, Any]:
-    encoding: payloads.Encoding = "plain"  # what a Quix user's pyarrow workers would send
-    if sizes.quix_rows == 0:
-        return {"encoding": encoding, "skipped": "not run at these sizes"}
-    if not quix.exists():
-        return {"encoding": encoding,
-                "skipped": "no Quix interpreter (make bench installs one in .venv/quix)"}
-    _step(f"e2e: Quix Streams on a {sizes.quix_rows:,}-row slice")
-    figures = {**e2e.run_quix(bootstrap, quix, sizes.quix_rows, encoding), "encoding": encoding}
-    print(f"   quix: {figures['rows_per_s']:,.0f} rows/s", flush=True)
+def run_peers(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
+    figures = peers.run_all(bootstrap, sizes.peers, _step)
+    ours = figures.get("arrowagg", {}).get("rows_per_s")
+    for name, fig in figures.items():
+        if "skipped" in fig or "wrong" in fig:
+            print(f"   {name}: {fig.get('skipped') or 'WRONG: ' + fig['wrong']}", flush=True)
+            continue
+        ratio = (f", arrowagg = {ours / fig['rows_per_s']:.1f}x"
+                 if ours and name != "arrowagg" else "")
+        print(f"   {name}: startup {fig['startup_s']:.2f} s, steady "
+              f"{fig['rows_per_s']:,.0f} rows/s{ratio}", flush=True)
     return figures
 
 

@@ -2,12 +2,13 @@
 
 ``KAFKA_BOOTSTRAP_SERVERS`` when set; otherwise ``scripts/kafka-local`` in a state
 directory of its own (``BENCH_KAFKA_DIR``, default under the system's temporary
-directory), so the test suite's broker in ``.kafka-local`` is left alone. A broker the
-harness started, it stops.
+directory, one per checkout), so the test suite's broker in ``.kafka-local`` is left
+alone, and so is another checkout's bench. A broker the harness started, it stops.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -35,9 +36,7 @@ def broker() -> Iterator[str]:
     if bootstrap := os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         yield bootstrap
         return
-    state = os.environ.get("BENCH_KAFKA_DIR") or str(
-        Path(tempfile.gettempdir()) / "arrowagg-bench-kafka")
-    env = {**os.environ, "KAFKA_LOCAL_DIR": state}
+    env = {**os.environ, "KAFKA_LOCAL_DIR": _state_dir()}
     started = _kafka_local("start", env)
     if started.returncode != 0:
         raise BrokerError(f"scripts/kafka-local start failed: {started.stderr.strip()[-500:]}")
@@ -45,6 +44,15 @@ def broker() -> Iterator[str]:
         yield started.stdout.strip().splitlines()[-1]
     finally:
         _kafka_local("stop", env)
+
+
+def _state_dir() -> str:
+    """``BENCH_KAFKA_DIR``, else one directory per checkout: two worktrees' benches sharing
+    one would each find the other's broker, and the first to finish would stop it under
+    the other's feet."""
+    checkout = hashlib.sha256(str(REPO).encode()).hexdigest()[:10]
+    return os.environ.get("BENCH_KAFKA_DIR") or str(
+        Path(tempfile.gettempdir()) / f"arrowagg-bench-kafka-{checkout}")
 
 
 def _kafka_local(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -55,17 +63,18 @@ def _kafka_local(command: str, env: dict[str, str]) -> subprocess.CompletedProce
 def kafka_version(bootstrap: str) -> str:
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") == bootstrap:
         return "external"
-    state = os.environ.get("BENCH_KAFKA_DIR") or str(
-        Path(tempfile.gettempdir()) / "arrowagg-bench-kafka")
-    done = _kafka_local("version", {**os.environ, "KAFKA_LOCAL_DIR": state})
+    done = _kafka_local("version", {**os.environ, "KAFKA_LOCAL_DIR": _state_dir()})
     return done.stdout.strip() or "unknown"
 
 
-def create_topic(bootstrap: str, prefix: str, partitions: int) -> str:
+def create_topic(bootstrap: str, prefix: str, partitions: int,
+                 config: dict[str, str] | None = None) -> str:
+    """A new uuid-named topic; ``config``: topic-level settings."""
     name = f"bench-{prefix}-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1)], operation_timeout=30)
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        operation_timeout=30)
     try:
         futures[name].result(timeout=60)
     except Exception as err:

@@ -1,11 +1,11 @@
-"""End to end through the real broker: a pre-filled topic, drained by three readers.
+"""End to end through the real broker: a pre-filled topic, drained by two kinds of reader.
 
 - the daemon (``StreamProcessor``, the shipped defaults): from its partition assignment
   until every window of the data is committed to the output topic;
 - a raw confluent-kafka consumer with the daemon's consumer settings that only reads
-  (the practical ceiling), from its assignment to its last message;
-- a Quix Streams application doing the same windowed aggregation (``bench/quix_app.py``,
-  in its own interpreter), on a fixed slice: its figure is per row.
+  (the practical ceiling), from its assignment to its last message.
+
+The peers a user would pick instead of arrowagg run the whole job in ``bench.peers``.
 
 A one-row sentinel per partition, in a far later window, closes every window of the
 data, so no reader waits for an idle timeout.
@@ -13,15 +13,12 @@ data, so no reader waits for an idle timeout.
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer
@@ -38,7 +35,6 @@ from consumer.service.observer import NullObserver
 ROWS_PER_MESSAGE = 12_000  # ~1 MB a message: what the publisher's default limit makes
 GROUPS = 10_000
 MESSAGES_PER_WINDOW = 50
-QUIX_SCRIPT = Path(__file__).resolve().parent / "quix_app.py"
 
 
 @dataclass
@@ -184,32 +180,6 @@ def run_raw(bootstrap: str, topic: Topic, *, batch: int, like_daemon: bool = Fal
     finally:
         consumer.close()
     return _rates(topic, last - first[0], {"bytes_read": nbytes})
-
-
-def run_quix(bootstrap: str, python: Path, rows: int, encoding: Encoding) -> dict[str, Any]:
-    """Quix Streams on a fixed slice in one partition: 2 messages a window of 10k rows."""
-    per_message = 10_000
-    case = KernelCase("quix slice", max(2, rows // per_message), per_message, GROUPS, 2)
-    payloads = build(case, encoding)
-    name = create_topic(bootstrap, "quix", 1)
-    values = [(0, v) for v in payloads.values]
-    fill(bootstrap, name, [*values, (0, sentinel(encoding, payloads.windows + 10))])
-    expected = payloads.windows * GROUPS
-    try:
-        done = subprocess.run(
-            [str(python), str(QUIX_SCRIPT), bootstrap, name, str(expected), str(WINDOW_MS),
-             "60"], capture_output=True, text=True, check=False, timeout=1800)
-    finally:
-        delete_topics(bootstrap, [name])
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"the Quix app failed: {done.stderr.strip()[-800:]}")
-    result = json.loads(lines[-1])
-    if result["results"] < expected or not result["seconds"]:
-        raise RuntimeError(f"Quix emitted {result['results']} of {expected} window results")
-    seconds = float(result["seconds"])
-    topic = Topic(name, payloads, 1, len(values) + 1, payloads.nbytes, payloads.windows)
-    return _rates(topic, seconds, {"results": result["results"]})
 
 
 def _rates(topic: Topic, seconds: float, extra: dict[str, Any]) -> dict[str, Any]:

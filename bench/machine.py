@@ -12,11 +12,13 @@ from typing import Any
 LIBRARIES = ("polars", "pyarrow", "datafusion", "duckdb", "confluent-kafka", "matplotlib")
 
 
-def machine_info(quix_python: Path | None = None) -> dict[str, Any]:
-    """Cores, memory, CPU model, Python and the versions of the libraries compared."""
+def machine_info(foreign: dict[str, Path] | None = None) -> dict[str, Any]:
+    """Cores, memory, CPU model, Python and the versions of the libraries compared;
+    ``foreign``: packages installed in other interpreters (the end-to-end peers')."""
     versions = {name: _version(name) for name in LIBRARIES}
-    if quix_python is not None and quix_python.exists():
-        versions["quixstreams"] = _foreign_version(quix_python, "quixstreams")
+    for name, python in (foreign or {}).items():
+        if python.exists():
+            versions[name] = _foreign_version(python, name)
     import confluent_kafka  # noqa: PLC0415 - librdkafka's version is only known at run time
 
     versions["librdkafka"] = confluent_kafka.libversion()[0]

@@ -19,13 +19,21 @@ class KernelCase:
 
 
 @dataclass(frozen=True)
+class PeerRun:
+    """How much of the peers' slice (20,000 rows a window) one end-to-end peer drains."""
+
+    windows: int  # 0 leaves the peer out
+    repetitions: int = 1  # the median run is kept
+
+
+@dataclass(frozen=True)
 class Sizes:
     kernel_cases: tuple[KernelCase, ...]
     poll_messages: int  # messages per engine.add, as one consume() of the daemon returns
     e2e_bytes: int
     e2e_partitions: int
     e2e_repetitions: int
-    quix_rows: int  # Quix's fixed slice; 0 leaves Quix out
+    peers: dict[str, PeerRun]  # bench.peers.PEERS by name; one missing is left out
     memory_bytes: tuple[int, ...]  # at fixed cardinality
     memory_groups: tuple[int, ...]  # the cardinality sweep, at memory_bytes[0]
     latency_s: float
@@ -43,7 +51,10 @@ FULL = Sizes(
     e2e_bytes=1 * GB,
     e2e_partitions=4,
     e2e_repetitions=3,
-    quix_rows=200_000,
+    # ~10-40 s each: arrowagg's 5M rows take about as long as its startup (a shorter
+    # slice leaves its steady rate to a fraction of a second), Denormalized ~10k rows/s
+    peers={"arrowagg": PeerRun(250, repetitions=3), "quix": PeerRun(20),
+           "bytewax": PeerRun(20), "bytewax_json": PeerRun(20), "denormalized": PeerRun(10)},
     memory_bytes=(1 * GB, 10 * GB),
     memory_groups=(10_000, 100_000, 1_000_000),
     latency_s=40.0,
@@ -59,7 +70,8 @@ SMOKE = replace(
     e2e_bytes=4 * MB,
     e2e_partitions=2,
     e2e_repetitions=1,
-    quix_rows=0,
+    peers={"arrowagg": PeerRun(3), "quix": PeerRun(0), "bytewax": PeerRun(0),
+           "bytewax_json": PeerRun(0), "denormalized": PeerRun(0)},
     memory_bytes=(10 * MB, 20 * MB),
     memory_groups=(100, 1_000),
     latency_s=4.0,

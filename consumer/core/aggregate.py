@@ -19,6 +19,7 @@ from typing import Literal
 
 import polars as pl
 
+from consumer.core.keys import StateKeys
 from consumer.core.plan import AggFunc, AggregationPlan
 from consumer.core.types import ROW_COUNT, ROWS
 
@@ -77,6 +78,7 @@ class PartialAggregator:
         # column has had a null: until then each equals ``__rows`` and is taken from it.
         # At 1M groups they were 4 of a state row's 16 columns.
         self._stored_counts: set[str] = set()
+        self._keys = StateKeys(self._group_by)
         # first/last depend on arrival order; keep their batches on the in-memory engine.
         self._order_free = all(p.part not in ("first", "last") for p in self._all_parts())
         self._state_schema: pl.Schema | None = None
@@ -147,6 +149,7 @@ class PartialAggregator:
         return int(stats.item(0, "rows")), nulls
 
     def _keep(self, state: pl.DataFrame) -> pl.DataFrame:
+        state = self._keys.encode(state)
         self._state_schema = state.schema  # the layout grows when a count starts to be stored
         return state
 
@@ -201,8 +204,15 @@ class PartialAggregator:
             for agg, parts in zip(self._plan.aggregates, self._parts, strict=True)
         ]
         return state.select(
-            *self._group_by, *results, pl.col(ROWS).cast(pl.Int64).alias(ROW_COUNT)
+            *self._keys.decoded(), *results, pl.col(ROWS).cast(pl.Int64).alias(ROW_COUNT)
         )
+
+    def compact_keys(self, states: Sequence[pl.DataFrame]) -> list[pl.DataFrame] | None:
+        """``states`` (every live state frame) re-keyed when the ids handed out for string
+        keys far outnumber their rows, else None: see ``consumer.core.keys``."""
+        if not self._keys.renewal_due(sum(s.height for s in states)):
+            return None
+        return self._keys.renew(states)
 
     def _aggregate(self, frame: pl.LazyFrame, exprs: list[pl.Expr]) -> pl.LazyFrame:
         if self._group_by:

@@ -11,7 +11,7 @@ eight of them held ~6x the state's memory (1M groups: 1.5 GB peak).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -113,7 +113,18 @@ class WindowStore:
             kept += [open_part] if open_part is not None and open_part.frame.height else []
         self._pending = kept
         results = self._aggregator.finalize(_merged(self._aggregator, closing).frame)
+        self._compact_keys()
         return self._closed_windows(starts, results)
+
+    def _compact_keys(self) -> None:
+        parts = self._parts()
+        frames = self._aggregator.compact_keys([p.frame for p in parts])
+        if frames is None:
+            return
+        renewed = [replace(p, frame=f) for p, f in zip(parts, frames, strict=True)]
+        if self._state is not None:
+            self._state, *renewed = renewed
+        self._pending = renewed
 
     def _closed_windows(self, starts: list[int], results: pl.DataFrame) -> list[ClosedWindow]:
         if len(starts) == 1:  # the usual case: no need to split (and copy) the result

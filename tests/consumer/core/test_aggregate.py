@@ -168,7 +168,8 @@ def message_key(values: list[str | None], encoding: Encoding, rng: Any) -> pa.Ar
 
 
 def encoded_message(rows: list[tuple[Any, ...]], encoding: Encoding, rng: Any) -> bytes:
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in MESSAGE_SCHEMA]
+    columns: list[Sequence[Any]] = ([list(c) for c in zip(*rows, strict=True)] if rows
+                                    else [[] for _ in MESSAGE_SCHEMA])
     arrays = [pa.array(values, field.type) for values, field in zip(columns, MESSAGE_SCHEMA,
                                                                      strict=True)]
     arrays[1:3] = [message_key(list(columns[i]), encoding, rng) for i in (1, 2)]

@@ -122,6 +122,7 @@ class PartialAggregator:
         # The batch is not materialised first: its window column (or any other derived
         # column) is computed inside the grouping query, morsel by morsel.
         query = self._aggregate(frame, [*exprs, counted])
+        query = query.with_columns(self._keys.casts(schema))  # string keys to ids
         streaming = height >= _STREAMING_PARTIAL_FROM_ROWS and self._order_free
         state = query.collect(engine="streaming" if streaming else "in-memory")
         if (self._group_by and self._order_free and height >= _SKIP_PROBE_MIN_ROWS
@@ -166,7 +167,7 @@ class PartialAggregator:
             else:
                 exprs.append(col.alias(p.name))
         states = rows.select(*self._group_by, *exprs, pl.lit(1, pl.Int64).alias(ROWS))
-        return states.collect(engine="in-memory")
+        return states.with_columns(self._keys.casts(schema)).collect(engine="in-memory")
 
     def merge(self, states: Sequence[pl.DataFrame], *, regroup: bool = False) -> pl.DataFrame:
         """Merge states, given in arrival order, into one state of the same schema.

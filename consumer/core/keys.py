@@ -36,14 +36,17 @@ class StateKeys:
         self._categories = _new_categories()
         self._ids = 0  # ids handed out by the current categories (an upper bound)
 
+    def casts(self, schema: pl.Schema) -> list[pl.Expr]:
+        """The casts that give a batch of this ``schema`` the state's key dtypes (the
+        first batch's schema fixes them), to be applied inside the batch's query."""
+        dtypes = self._dtypes if self._dtypes is not None else self._fix(schema)
+        return [pl.col(name).cast(dtype) for name, dtype in dtypes.items()
+                if schema[name] != dtype]
+
     def encode(self, state: pl.DataFrame) -> pl.DataFrame:
         """``state`` with its group-by columns in the state's dtypes."""
-        dtypes = self._dtypes if self._dtypes is not None else self._fix(state.schema)
-        casts = [pl.col(name).cast(dtype) for name, dtype in dtypes.items()
-                 if state.schema[name] != dtype]
-        if not casts:
-            return state
-        encoded = state.with_columns(casts)
+        casts = self.casts(state.schema)
+        encoded = state.with_columns(casts) if casts else state
         self._count_ids(encoded)
         return encoded
 

@@ -96,7 +96,9 @@ class PartialAggregator:
 
     @property
     def state_schema(self) -> pl.Schema:
-        """The state frames' schema; known once a first batch has been through partial()."""
+        """The schema of the states made now; known once a first batch has been through
+        partial(). It gains a count column when that column first has a null; merge()
+        takes older states, without it, as they are."""
         if self._state_schema is None:
             raise RuntimeError("the state schema is known only after a first partial()")
         return self._state_schema

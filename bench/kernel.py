@@ -31,6 +31,7 @@ from pyarrow import ipc
 from bench.daemon_path import PipelineDriver, bench_settings
 from bench.payloads import WINDOW_MS, Payloads
 from consumer.core.plan import AggregationPlan, derive_plan
+from consumer.core.types import ClosedWindow
 
 PEERS = ("arrowagg", "datafusion", "duckdb", "polars_naive")
 _IDLE_MS = 60_000
@@ -59,6 +60,11 @@ def _quote(name: str) -> str:
 
 
 def run_arrowagg(payloads: Payloads, poll_messages: int) -> pl.DataFrame:
+    return pl.concat([w.frame for w in arrowagg_windows(payloads, poll_messages)])
+
+
+def arrowagg_windows(payloads: Payloads, poll_messages: int) -> list[ClosedWindow]:
+    """The windows the daemon's pipeline closes over ``payloads`` (encoded, as it does)."""
     driver = PipelineDriver(bench_settings({
         "kind": "tumbling", "time": "event", "timestamp_column": "ts", "size_ms": WINDOW_MS,
         "allowed_lateness_ms": 0, "idle_timeout_ms": _IDLE_MS,
@@ -69,7 +75,7 @@ def run_arrowagg(payloads: Payloads, poll_messages: int) -> pl.DataFrame:
     for first in range(0, len(values), poll_messages):
         windows += driver.poll(values[first:first + poll_messages], 0)
     windows += driver.flush(_IDLE_MS + 1)  # every partition idle: the last windows close
-    return pl.concat([w.frame for w in windows])
+    return windows
 
 
 def _batches(payloads: Payloads) -> list[pa.RecordBatch]:

@@ -19,6 +19,7 @@ from typing import Literal
 
 import polars as pl
 
+from consumer.core.keys import StateKeys
 from consumer.core.plan import AggFunc, AggregationPlan
 from consumer.core.types import ROW_COUNT, ROWS
 
@@ -38,6 +39,7 @@ _SKIP_PROBE_MIN_ROWS = 50_000
 _SKIP_BATCHES = 8
 
 _Part = Literal["sum", "n", "min", "max", "count", "first", "last"]
+_COUNTS: tuple[_Part, ...] = ("n", "count")
 
 # Which state parts each function keeps; sum and mean also count non-null inputs so an
 # all-null group finalizes to null rather than Polars' 0.
@@ -72,7 +74,11 @@ class PartialAggregator:
             [_StatePart(agg.name, part, f"{prefix}{i}_{part}") for part in _PARTS[agg.func]]
             for i, agg in enumerate(plan.aggregates)
         ]
-        self._state_names = [p.name for parts in self._parts for p in parts]
+        # Count parts (a sum's or mean's ``n``, a ``count``) are stored only once their
+        # column has had a null: until then each equals ``__rows`` and is taken from it.
+        # At 1M groups they were 4 of a state row's 16 columns.
+        self._stored_counts: set[str] = set()
+        self._keys = StateKeys(self._group_by)
         # first/last depend on arrival order; keep their batches on the in-memory engine.
         self._order_free = all(p.part not in ("first", "last") for p in self._all_parts())
         self._state_schema: pl.Schema | None = None
@@ -90,7 +96,9 @@ class PartialAggregator:
 
     @property
     def state_schema(self) -> pl.Schema:
-        """The state frames' schema; known once a first batch has been through partial()."""
+        """The schema of the states made now; known once a first batch has been through
+        partial(). It gains a count column when that column first has a null; merge()
+        takes older states, without it, as they are."""
         if self._state_schema is None:
             raise RuntimeError("the state schema is known only after a first partial()")
         return self._state_schema
@@ -102,33 +110,35 @@ class PartialAggregator:
         not grouped at all: each row becomes its own state row, and merge() does the
         grouping once. The result is the same; the wasted hashing is not.
         """
+        height, nulls = self._profile(frame)
+        self._stored_counts |= {p.name for p in self._all_parts()
+                                if p.part in _COUNTS and nulls[p.column] > 0}
         if self._skip_batches > 0:
             self._skip_batches -= 1
             self.last_partial_grouped = False
             return self._keep(self._row_states(frame))
         self.last_partial_grouped = True
-        height, nulls = self._profile(frame)
-        # A non-null count over a column without nulls is the group's row count: take it
-        # from __rows afterwards instead of counting per group (Arrow knows null counts).
-        derived = [p for p in self._all_parts()
-                   if p.part in ("n", "count") and nulls[p.column] == 0]
-        skip = {p.name for p in derived}
         schema = frame.collect_schema()
-        exprs = [_partial_expr(p, schema[p.column])
-                 for p in self._all_parts() if p.name not in skip]
+        exprs = [_partial_expr(p, schema[p.column]) for p in self._stored_parts()]
         counted = pl.len().cast(pl.Int64).alias(ROWS)
         # The batch is not materialised first: its window column (or any other derived
         # column) is computed inside the grouping query, morsel by morsel.
         query = self._aggregate(frame, [*exprs, counted])
-        if derived:
-            query = query.with_columns(pl.col(ROWS).alias(p.name) for p in derived)
-            query = query.select(*self._group_by, *self._state_names, ROWS)
+        query = query.with_columns(self._keys.casts(schema))  # string keys to ids
         streaming = height >= _STREAMING_PARTIAL_FROM_ROWS and self._order_free
         state = query.collect(engine="streaming" if streaming else "in-memory")
         if (self._group_by and self._order_free and height >= _SKIP_PROBE_MIN_ROWS
                 and state.height > _SKIP_WHEN_STATE_RATIO * height):
             self._skip_batches = _SKIP_BATCHES
         return self._keep(state)
+
+    def _stored_parts(self) -> list[_StatePart]:
+        """The parts a state frame holds now, in state column order."""
+        return [p for p in self._all_parts()
+                if p.part not in _COUNTS or p.name in self._stored_counts]
+
+    def _state_columns(self) -> list[str]:
+        return [*self._group_by, *(p.name for p in self._stored_parts()), ROWS]
 
     def _profile(self, frame: pl.LazyFrame) -> tuple[int, dict[str, int]]:
         """The batch's row count and each aggregated column's null count; only the input
@@ -142,24 +152,24 @@ class PartialAggregator:
         return int(stats.item(0, "rows")), nulls
 
     def _keep(self, state: pl.DataFrame) -> pl.DataFrame:
-        if self._state_schema is None:
-            self._state_schema = state.schema
+        state = self._keys.encode(state)
+        self._state_schema = state.schema  # the layout grows when a count starts to be stored
         return state
 
     def _row_states(self, rows: pl.LazyFrame) -> pl.DataFrame:
         """Each row as a one-row state: what partial() gives a batch of distinct groups."""
         schema = rows.collect_schema()
         exprs = []
-        for p in self._all_parts():
+        for p in self._stored_parts():
             col = pl.col(p.column)
             if p.part == "sum":
                 exprs.append(col.cast(_sum_dtype(p.column, schema[p.column])).alias(p.name))
-            elif p.part in ("n", "count"):
+            elif p.part in _COUNTS:
                 exprs.append(col.is_not_null().cast(pl.Int64).alias(p.name))
             else:
                 exprs.append(col.alias(p.name))
         states = rows.select(*self._group_by, *exprs, pl.lit(1, pl.Int64).alias(ROWS))
-        return states.collect(engine="in-memory")
+        return states.with_columns(self._keys.casts(schema)).collect(engine="in-memory")
 
     def merge(self, states: Sequence[pl.DataFrame], *, regroup: bool = False) -> pl.DataFrame:
         """Merge states, given in arrival order, into one state of the same schema.
@@ -169,40 +179,61 @@ class PartialAggregator:
         """
         if not states:
             return self.state_schema.to_frame()
-        if len(states) == 1 and not regroup:
+        if len(states) == 1 and not regroup and self._has_layout(states[0]):
             return states[0]
-        # A non-null count equal to __rows in every state row (a column that has had no
-        # nulls) stays equal to it: summing it again is wasted work.
-        implied = self._implied_counts(states)
-        skip = {p.name for p in implied}
-        exprs = [_merge_expr(p) for p in self._all_parts() if p.name not in skip]
-        merged = pl.concat([s.lazy() for s in states], how="vertical")
+        exprs = [_merge_expr(p) for p in self._stored_parts()]
+        merged = pl.concat([self._relaid(s) for s in states], how="vertical")
         query = self._aggregate(merged, [*exprs, pl.col(ROWS).sum()])
-        if implied:
-            query = query.with_columns(pl.col(ROWS).alias(p.name) for p in implied)
-            query = query.select(*self._group_by, *self._state_names, ROWS)
         streaming = sum(s.height for s in states) >= _STREAMING_MERGE_FROM_ROWS
         return query.collect(engine="streaming" if streaming else "in-memory")
 
-    def _implied_counts(self, states: Sequence[pl.DataFrame]) -> list[_StatePart]:
-        """The non-null counts equal to __rows in every row of ``states``."""
-        counts = [p for p in self._all_parts() if p.part in ("n", "count")]
-        if not counts or sum(s.height for s in states) < _STREAMING_MERGE_FROM_ROWS:
-            return []  # a small merge costs less than the check
-        same = [(pl.col(p.name) == pl.col(ROWS)).all().alias(p.name) for p in counts]
-        checks = pl.concat([s.select(same) for s in states])
-        return [p for p in counts if checks.get_column(p.name).all()]
+    def _has_layout(self, state: pl.DataFrame) -> bool:
+        return state.columns == self._state_columns()
+
+    def _relaid(self, state: pl.DataFrame) -> pl.LazyFrame:
+        """``state`` in the current layout: a count stored since it was made equals its
+        ``__rows`` (its column had no null until then)."""
+        if self._has_layout(state):
+            return state.lazy()
+        missing = [pl.col(ROWS).alias(name) for name in self._stored_counts
+                   if name not in state.columns]
+        return state.lazy().with_columns(missing).select(self._state_columns())
 
     def finalize(self, state: pl.DataFrame) -> pl.DataFrame:
         """The result: group_by columns, each aggregate under its input name (in plan
         order), then ``row_count`` (Int64)."""
         results = [
-            _finalize_expr(agg.func, parts).alias(agg.name)
+            _finalize_expr(agg.func, parts, state.columns).alias(agg.name)
             for agg, parts in zip(self._plan.aggregates, self._parts, strict=True)
         ]
         return state.select(
-            *self._group_by, *results, pl.col(ROWS).cast(pl.Int64).alias(ROW_COUNT)
+            *self._keys.decoded(), *results, pl.col(ROWS).cast(pl.Int64).alias(ROW_COUNT)
         )
+
+    def export_state(self, state: pl.DataFrame) -> pl.DataFrame:
+        """``state`` in the form another aggregator of the same plan can take in
+        (``import_state``): every state column present (a count this one does not store
+        equals ``__rows``) and string keys as strings, not this aggregator's ids."""
+        full = [*self._group_by, *(p.name for p in self._all_parts()), ROWS]
+        counts = [pl.col(ROWS).alias(p.name) for p in self._all_parts()
+                  if p.part in _COUNTS and p.name not in state.columns]
+        return state.with_columns(counts).select(full).with_columns(self._keys.decoded())
+
+    def import_state(self, state: pl.DataFrame) -> pl.DataFrame:
+        """An exported state (maybe another instance's), ready to merge with this one's:
+        its keys as this aggregator's ids, and every count stored from now on (the
+        exported state carries them all)."""
+        self._stored_counts |= {p.name for p in self._all_parts() if p.part in _COUNTS}
+        counts = [pl.col(ROWS).alias(p.name) for p in self._all_parts()
+                  if p.part in _COUNTS and p.name not in state.columns]
+        return self._keep(state.with_columns(counts).select(self._state_columns()))
+
+    def compact_keys(self, states: Sequence[pl.DataFrame]) -> list[pl.DataFrame] | None:
+        """``states`` (every live state frame) re-keyed when the ids handed out for string
+        keys far outnumber their rows, else None: see ``consumer.core.keys``."""
+        if not self._keys.renewal_due(sum(s.height for s in states)):
+            return None
+        return self._keys.renew(states)
 
     def _aggregate(self, frame: pl.LazyFrame, exprs: list[pl.Expr]) -> pl.LazyFrame:
         if self._group_by:
@@ -245,8 +276,9 @@ def _merge_expr(p: _StatePart) -> pl.Expr:
             return col.last()
 
 
-def _finalize_expr(func: AggFunc, parts: list[_StatePart]) -> pl.Expr:
-    state = {p.part: pl.col(p.name) for p in parts}
+def _finalize_expr(func: AggFunc, parts: list[_StatePart], columns: list[str]) -> pl.Expr:
+    # A count that is not stored equals the group's row count.
+    state = {p.part: pl.col(p.name if p.name in columns else ROWS) for p in parts}
     if func == "sum":
         return pl.when(state["n"] > 0).then(state["sum"])
     if func == "mean":

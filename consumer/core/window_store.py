@@ -1,40 +1,54 @@
 """Open windows' partial aggregates: memory grows with groups, never with rows.
 
 Each batch arrives already pre-aggregated (one partial per batch, from
-``PartialAggregator.partial``). Partials wait in a short list and are merged into the
-state every ``merge_every`` batches rather than on every batch: re-aggregating the whole
-state per batch would cost O(groups) each time for no gain.
+``PartialAggregator.partial``) and is kept per window: a closing window's parts are
+merged once, with no filtering of rows that belong to windows still open. A window's
+partials wait in a short list and are merged into its state every ``merge_every``
+batches rather than on every batch: re-aggregating the whole state per batch would cost
+O(groups) each time for no gain. They are merged sooner once two or more of them hold
+more rows than the state (and at least ``_MERGE_FROM_PENDING_ROWS``): at high
+cardinality each partial is nearly as large as its batch (often not grouped at all), and
+eight of them held ~6x the state's memory (1M groups: 1.5 GB peak RSS).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
 from consumer.core.types import ROW_COUNT, ROWS, WINDOW_END, WINDOW_START, ClosedWindow
 
+# Below this many pending rows the merge cadence alone decides (a merge has a fixed cost).
+_MERGE_FROM_PENDING_ROWS = 200_000
+# A single pending partial is never merged early: in a window that closes soon its rows
+# would be grouped twice.
+_MERGE_FROM_PENDING_PARTS = 2
+
 
 @dataclass(frozen=True)
 class _Part:
-    """A state frame, the window starts it holds rows of, and whether it is grouped
-    (each group at most once) or still holds ungrouped row states."""
+    """A state frame, and whether it is grouped (each group at most once) or still holds
+    ungrouped row states."""
 
     frame: pl.DataFrame
-    starts: frozenset[int]
     grouped: bool
 
-    def split(self, due: frozenset[int]) -> tuple[_Part | None, _Part | None]:
-        """(its rows of the ``due`` windows, its other rows); filters only when mixed."""
-        if self.starts <= due:
-            return self, None
-        if self.starts.isdisjoint(due):
-            return None, self
-        closing = pl.col(WINDOW_START).is_in(sorted(due & self.starts))
-        return (_Part(self.frame.filter(closing), self.starts & due, self.grouped),
-                _Part(self.frame.filter(~closing), self.starts - due, self.grouped))
+
+@dataclass
+class _Window:
+    end: int
+    state: _Part | None = None
+    pending: list[_Part] = field(default_factory=list)
+
+    def parts(self) -> list[_Part]:
+        """In arrival order (first/last depend on it)."""
+        return self.pending if self.state is None else [self.state, *self.pending]
+
+    def rows(self) -> int:
+        return sum(p.frame.height for p in self.parts())
 
 
 class WindowStore:
@@ -45,9 +59,7 @@ class WindowStore:
         self._aggregator = aggregator
         self._merge_every = merge_every
         self._finalize = finalize
-        self._pending: list[_Part] = []
-        self._state: _Part | None = None
-        self._ends: dict[int, int] = {}  # open window start -> end
+        self._windows: dict[int, _Window] = {}  # by start
 
     def add(self, partial: pl.DataFrame, ends: dict[int, int], *,
             grouped: bool | None = None) -> None:
@@ -58,85 +70,94 @@ class WindowStore:
             return
         if grouped is None:
             grouped = self._aggregator.last_partial_grouped
-        self._pending.append(_Part(partial, frozenset(ends), grouped))
-        self._ends.update(ends)
-        if len(self._pending) >= self._merge_every:
-            self._merge()
+        for start, frame in _by_window(partial, ends):
+            window = self._windows.setdefault(start, _Window(ends[start]))
+            window.pending.append(_Part(frame, grouped))
+            if self._merge_due(window):
+                window.state = _merged(self._aggregator, window.parts())
+                window.pending = []
+
+    def _merge_due(self, window: _Window) -> bool:
+        if len(window.pending) >= self._merge_every:
+            return True
+        if len(window.pending) < _MERGE_FROM_PENDING_PARTS:
+            return False
+        state_rows = 0 if window.state is None else window.state.frame.height
+        pending_rows = sum(p.frame.height for p in window.pending)
+        return pending_rows >= max(state_rows, _MERGE_FROM_PENDING_ROWS)
 
     def open_windows(self) -> dict[int, int]:
-        return dict(self._ends)
+        return {start: window.end for start, window in self._windows.items()}
 
     def cardinality(self) -> int:
         """Groups held across open windows (an upper bound until pending partials merge)."""
-        return sum(p.frame.height for p in self._parts())
+        return sum(window.rows() for window in self._windows.values())
 
     def pop_closed(self, frontier_ms: int | None) -> list[ClosedWindow]:
         """Remove and return every window whose end is at or below ``frontier_ms``."""
         if frontier_ms is None:
             return []
-        due = sorted(start for start, end in self._ends.items() if end <= frontier_ms)
+        due = sorted(start for start, w in self._windows.items() if w.end <= frontier_ms)
         return self._pop(due)
 
     def pop_all(self) -> list[ClosedWindow]:
-        return self._pop(sorted(self._ends))
+        return self._pop(sorted(self._windows))
 
     def discard(self) -> None:
         """Forget every open window (after an aborted transaction or a revoke)."""
-        self._pending.clear()
-        self._state = None
-        self._ends.clear()
-
-    def _parts(self) -> list[_Part]:
-        return self._pending if self._state is None else [self._state, *self._pending]
-
-    def _merge(self) -> None:
-        self._state = _merged(self._aggregator, self._parts())
-        self._pending = []
+        self._windows.clear()
 
     def _pop(self, starts: list[int]) -> list[ClosedWindow]:
         if not starts:
             return []
-        # Only the closing windows' rows are merged. The open windows' rows stay as they
-        # are (the state still merged, the partials still pending) rather than being
-        # re-aggregated at every close; a part is filtered only if it holds both kinds.
-        due = frozenset(starts)
-        closing: list[_Part] = []
-        state, self._state = self._state, None
-        if state is not None:
-            closed_part, self._state = state.split(due)
-            closing += [closed_part] if closed_part is not None else []
-        kept = []
-        for part in self._pending:
-            closed_part, open_part = part.split(due)
-            closing += [closed_part] if closed_part is not None else []
-            kept += [open_part] if open_part is not None and open_part.frame.height else []
-        self._pending = kept
-        merged = _merged(self._aggregator, closing).frame
+        closing = [self._windows.pop(start) for start in starts]
+        ends = {start: window.end for start, window in zip(starts, closing, strict=True)}
+        # One merge for all closing windows: their rows never share a group.
+        parts = [part for window in closing for part in window.parts()]
+        merged = _merged(self._aggregator, parts).frame
+        self._compact_keys()
         if not self._finalize:
-            return self._closed_windows(starts, merged, _closed_state)
-        return self._closed_windows(starts, self._aggregator.finalize(merged), _closed)
+            return _closed_windows(ends, self._aggregator.export_state(merged), _closed_state)
+        return _closed_windows(ends, self._aggregator.finalize(merged), _closed)
 
-    def _closed_windows(self, starts: list[int], results: pl.DataFrame,
-                        closed_window: Callable[[int, int, pl.DataFrame], ClosedWindow],
-                        ) -> list[ClosedWindow]:
-        if len(starts) == 1:  # the usual case: no need to split (and copy) the result
-            by_start = {(starts[0],): results} if results.height else {}
-        else:
-            by_start = results.partition_by(WINDOW_START, as_dict=True, maintain_order=False)
-        closed = []
-        for (start,), frame in by_start.items():
-            end = self._ends.pop(int(start))
-            closed.append(closed_window(int(start), end, frame))
-        for start in starts:
-            self._ends.pop(start, None)  # a window whose groups were all empty
-        return sorted(closed, key=lambda w: w.start_ms)
+    def _compact_keys(self) -> None:
+        windows = list(self._windows.values())
+        frames = self._aggregator.compact_keys(
+            [p.frame for w in windows for p in w.parts()])
+        if frames is None:
+            return
+        renewed = iter(frames)
+        for window in windows:
+            if window.state is not None:
+                window.state = replace(window.state, frame=next(renewed))
+            window.pending = [replace(p, frame=next(renewed)) for p in window.pending]
+
+
+def _by_window(partial: pl.DataFrame, ends: dict[int, int]) -> list[tuple[int, pl.DataFrame]]:
+    if len(ends) == 1:  # the usual case: no need to split (and copy) the partial
+        return [(next(iter(ends)), partial)]
+    by_start = partial.partition_by(WINDOW_START, as_dict=True, maintain_order=True)
+    return [(int(start), frame) for (start,), frame in by_start.items()]
 
 
 def _merged(aggregator: PartialAggregator, parts: list[_Part]) -> _Part:
     """One grouped part from ``parts`` (in arrival order)."""
     regroup = not all(p.grouped for p in parts)
     frame = aggregator.merge([p.frame for p in parts], regroup=regroup)
-    return _Part(frame, frozenset().union(*(p.starts for p in parts)), grouped=True)
+    return _Part(frame, grouped=True)
+
+
+def _closed_windows(ends: dict[int, int], results: pl.DataFrame,
+                    closed_window: Callable[[int, int, pl.DataFrame], ClosedWindow],
+                    ) -> list[ClosedWindow]:
+    if len(ends) == 1:  # the usual case: no need to split (and copy) the result
+        by_start = {(next(iter(ends)),): results} if results.height else {}
+    else:
+        by_start = results.partition_by(WINDOW_START, as_dict=True, maintain_order=False)
+    # A window whose groups were all empty gives no result.
+    closed = [closed_window(int(start), ends[int(start)], frame)
+              for (start,), frame in by_start.items()]
+    return sorted(closed, key=lambda w: w.start_ms)
 
 
 def _closed(start_ms: int, end_ms: int, frame: pl.DataFrame) -> ClosedWindow:
@@ -150,5 +171,5 @@ def _closed(start_ms: int, end_ms: int, frame: pl.DataFrame) -> ClosedWindow:
 
 
 def _closed_state(start_ms: int, end_ms: int, state: pl.DataFrame) -> ClosedWindow:
-    """A window's merged partial state, as it is (window_start stays epoch ms)."""
+    """A window's merged partial state, in its exported form (window_start epoch ms)."""
     return ClosedWindow(start_ms, end_ms, state, int(state[ROWS].sum()))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench import __main__ as harness
-from bench import kernel, payloads
+from bench import floor, kernel, payloads
 from bench.sizes import SMOKE, KernelCase
 
 
@@ -23,6 +23,14 @@ def test_every_kernel_peer_agrees_and_is_timed() -> None:
     figures = kernel.measure(built, repetitions=1, poll_messages=2)
     assert set(figures["peers"]) == set(kernel.PEERS)
     assert all(f["rows_per_s"] > 0 for f in figures["peers"].values())
+
+
+def test_the_polars_floor_agrees_and_is_timed() -> None:
+    built = payloads.build(KernelCase("toy", 4, 500, 50, 2), "dictionary")
+    figures = floor.measure(built, repetitions=1, poll_messages=2)
+    assert set(figures["median_s"]) == {"arrowagg", "datafusion", "polars_from_bytes",
+                                        "polars_group_by", "output"}
+    assert all(s > 0 for s in figures["median_s"].values())
 
 
 def test_the_seed_sql_follows_the_seed_rules() -> None:

@@ -88,6 +88,7 @@ class MergeEngine:
         self._merge_every = merge_every
         self._plan_text: str | None = None
         self._store: WindowStore | None = None
+        self._aggregator: PartialAggregator | None = None
         self._announced: dict[int, int] = {}  # window start -> end, not yet emitted
         self._offsets = OffsetTracker()
         self._offsets.assign(partition, committed,
@@ -107,8 +108,9 @@ class MergeEngine:
                 self.late_partials.append(self._late(partial))
             self._offsets.record(self.partition, offset, NO_WINDOW)
             return
-        store = self._store_for(partial.plan)
-        store.add(_uniform(pl.DataFrame(partial.state)), {partial.start_ms: end}, grouped=True)
+        store, aggregator = self._store_for(partial.plan)
+        state = aggregator.import_state(_uniform(pl.DataFrame(partial.state)))
+        store.add(state, {partial.start_ms: end}, grouped=True)
         self._announced[partial.start_ms] = end
         self._offsets.record(self.partition, offset, end)
 
@@ -129,19 +131,21 @@ class MergeEngine:
         return (offset < self._replay_until and self._replayed_through is not None
                 and end_ms <= self._replayed_through)
 
-    def _store_for(self, plan_text: str) -> WindowStore:
-        if self._store is None or plan_text != self._plan_text:
+    def _store_for(self, plan_text: str) -> tuple[WindowStore, PartialAggregator]:
+        if self._store is None or self._aggregator is None or plan_text != self._plan_text:
             if self._store is not None and self._store.open_windows():
                 raise ValueError("the aggregation plan changed while windows were open")
             self._plan_text = plan_text
-            self._store = WindowStore(_aggregator(plan_text), merge_every=self._merge_every)
-        return self._store
+            self._aggregator = _aggregator(plan_text)
+            self._store = WindowStore(self._aggregator, merge_every=self._merge_every)
+        return self._store, self._aggregator
 
     def _late(self, partial: Partial) -> ClosedWindow:
         """A partial of a window already emitted (a partition added while running, say):
         its finalized rows, for the late topic."""
         aggregator = _aggregator(partial.plan)
-        result = aggregator.finalize(pl.DataFrame(partial.state))
+        result = aggregator.finalize(aggregator.import_state(_uniform(pl.DataFrame(
+            partial.state))))
         return ClosedWindow(partial.start_ms, partial.end_ms, result,
                             int(result["row_count"].sum()))
 
@@ -181,11 +185,12 @@ class MergeEngine:
 
 
 def _uniform(state: pl.DataFrame) -> pl.DataFrame:
-    """String keys as categoricals, whichever form an instance's first message had (each
+    """Categorical keys as strings, whichever form an instance's first message had (each
     instance fixes its plan's types from its own first message), so that partials from
-    every instance merge."""
-    text = [name for name, dtype in state.schema.items() if dtype == pl.String]
-    return state.with_columns(pl.col(text).cast(pl.Categorical)) if text else state
+    every instance merge; the aggregator holds them as ids of its own."""
+    categorical = [name for name, dtype in state.schema.items()
+                   if isinstance(dtype, pl.Categorical | pl.Enum)]
+    return state.with_columns(pl.col(categorical).cast(pl.String)) if categorical else state
 
 
 def _aggregator(plan_text: str) -> PartialAggregator:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
@@ -10,14 +11,15 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from consumer.core.aggregate import _STREAMING_MERGE_FROM_ROWS, PartialAggregator
-from consumer.core.decode import poll_frame
+from consumer.core.decode import Decoder, poll_frame
 from consumer.core.plan import AggregationPlan, derive_plan
-from wire.input import dictionary_keys
+from consumer.core.window_store import WindowStore
+from wire.input import DecodeLimits, dictionary_keys, encode_ipc_stream
 
 # -- the random-rows property -------------------------------------------------------------
 
@@ -127,6 +129,96 @@ def test_merging_in_rounds_equals_merging_once(
     in_rounds = aggregator.merge(staged)
     assert in_rounds.schema == once.schema == aggregator.state_schema
     assert_same_groups(aggregator.finalize(in_rounds), aggregator.finalize(once), GROUP_BY)
+
+
+# -- the same property through the decoder: messages in any key encoding --------------------
+
+MESSAGE_SCHEMA = pa.schema([("ts", pa.int64()), ("host", pa.string()), ("region", pa.string()),
+                            ("bytes_sum", pa.int64()), ("lat_min", pa.float64()),
+                            ("lat_max", pa.float64())])
+MESSAGE_SQL = """
+SELECT ts // 10 * 10 AS window_start, host, region, CAST(SUM(bytes_sum) AS BIGINT) AS bytes_sum,
+       MIN(lat_min) AS lat_min, MAX(lat_max) AS lat_max, COUNT(*) AS row_count
+FROM rows GROUP BY ALL
+"""
+Encoding = str  # "plain", "dictionary" (first-seen order) or "shuffled" (any order, unused values)
+
+message_rows = st.lists(
+    st.tuples(st.integers(0, 199), keys, keys, st.none() | st.integers(-(2**40), 2**40),
+              floats, floats),
+    max_size=25,
+)
+messages_strategy = st.lists(
+    st.tuples(message_rows, st.sampled_from(["plain", "dictionary", "shuffled"]),
+              st.randoms(use_true_random=False)),
+    min_size=1, max_size=8,
+)
+
+
+def message_key(values: list[str | None], encoding: Encoding, rng: Any) -> pa.Array:
+    if encoding == "plain":
+        return pa.array(values, pa.string())
+    if encoding == "dictionary":
+        return pa.array(values, pa.string()).dictionary_encode()
+    dictionary = sorted({v for v in values if v is not None} | {"unused"})
+    rng.shuffle(dictionary)
+    indices = [None if v is None else dictionary.index(v) for v in values]
+    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()),
+                                          pa.array(dictionary, pa.string()))
+
+
+def encoded_message(rows: list[tuple[Any, ...]], encoding: Encoding, rng: Any) -> bytes:
+    columns: list[Sequence[Any]] = ([list(c) for c in zip(*rows, strict=True)] if rows
+                                    else [[] for _ in MESSAGE_SCHEMA])
+    arrays = [pa.array(values, field.type) for values, field in zip(columns, MESSAGE_SCHEMA,
+                                                                     strict=True)]
+    arrays[1:3] = [message_key(list(columns[i]), encoding, rng) for i in (1, 2)]
+    return encode_ipc_stream(pa.Table.from_arrays(arrays, names=MESSAGE_SCHEMA.names))
+
+
+@settings(deadline=None, max_examples=60)
+@given(messages=messages_strategy, poll_sizes=st.lists(st.integers(1, 4), min_size=1),
+       merge_every=st.integers(1, 3))
+def test_any_messages_in_any_key_encoding_equal_one_sql_group_by(
+    messages: list[tuple[list[tuple[Any, ...]], Encoding, Any]], poll_sizes: list[int],
+    merge_every: int,
+) -> None:
+    """Plain and dictionary keys mixed across messages (each message its own dictionary,
+    in any order, with unused values and null keys), decoded as the daemon does, polled
+    in frames of several messages into up to 20 windows, merged on any cadence."""
+    decoder = Decoder(lambda s: derive_plan(s, time_column="ts", keys=["host", "region"]),
+                      limits=DecodeLimits(), max_message_bytes=1 << 20)
+    decoded = [decoder.decode(encoded_message(rows, enc, rng), None).table
+               for rows, enc, rng in messages]
+    # As the pipeline does: a message without rows feeds no window (and before the
+    # first rows it does not fix the plan either).
+    tables = [table for table in decoded if table.num_rows]
+    assume(tables)
+    assert decoder.plan is not None
+    aggregator = PartialAggregator(decoder.plan, ("window_start", "host", "region"))
+    store = WindowStore(aggregator, merge_every=merge_every)
+    first = 0
+    for size in itertools.cycle(poll_sizes):
+        if first >= len(tables):
+            break
+        frame = poll_frame(tables[first:first + size]).lazy()
+        partial = aggregator.partial(frame.with_columns(window_start=pl.col("ts") // 10 * 10))
+        starts = partial.get_column("window_start").unique().to_list()
+        store.add(partial, {s: s + 10 for s in starts})
+        first += size
+    windows = store.pop_all()
+    got = pl.concat([w.frame for w in windows]) if windows else None
+    rows = pl.from_arrow(pa.Table.from_pylist(
+        [dict(zip(MESSAGE_SCHEMA.names, row, strict=True)) for rs, _, _ in messages for row in rs],
+        schema=MESSAGE_SCHEMA))
+    assert isinstance(rows, pl.DataFrame)
+    expected = duckdb_reference(rows, MESSAGE_SQL)
+    if got is None:
+        assert expected.height == 0
+        return
+    got = got.drop("window_end").with_columns(pl.col("window_start").dt.epoch("ms"),
+                                              pl.col("host", "region").cast(pl.String))
+    assert_same_groups(got, expected, ("window_start", "host", "region"))
 
 
 # -- first / last -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from consumer.core import keys
 from consumer.core.aggregate import PartialAggregator
 from consumer.core.plan import derive_plan
 from consumer.core.types import ClosedWindow
@@ -127,3 +128,34 @@ def test_counts_taken_from_row_counts_in_a_big_merge_match_sql(nulls: bool) -> N
     got = aggregator.finalize(aggregator.merge(states))
     expected = reference(pl.concat(batches))
     assert_same(got.with_columns(pl.col("k", "j").cast(pl.String)), expected)
+
+
+def test_string_keys_renewed_while_windows_stay_open_match_sql(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Key values churn from window to window: the store renews the state's key ids at
+    closes (forced here at every close) while a window stays open across them, and the
+    pending partials, the state and later batches still merge by the same keys."""
+    monkeypatch.setattr(keys, "_RENEW_FROM_IDS", 0)
+    monkeypatch.setattr(keys, "_RENEW_PER_LIVE_ROW", 0)
+    renewals: list[int] = []
+    renew = keys.StateKeys.renew
+
+    def counted(self: keys.StateKeys, states: Sequence[pl.DataFrame]) -> list[pl.DataFrame]:
+        renewals.append(len(states))
+        return renew(self, states)
+
+    monkeypatch.setattr(keys.StateKeys, "renew", counted)
+    aggregator = PartialAggregator(PLAN, GROUP_BY)
+    store = WindowStore(aggregator, merge_every=3)
+    batches = [rows(2_000, seed=s, keys=50, windows=3, nulls=s % 2 == 0).with_columns(
+        window_start=pl.col("window_start") + s // 2 * WINDOW_MS,
+        k=pl.format("{}-{}", pl.col("k"), pl.lit(s // 3)))  # new key values every 3 batches
+        for s in range(12)]
+    out: list[ClosedWindow] = []
+    for index, batch in enumerate(batches):
+        feed(store, aggregator, batch)
+        out += store.pop_closed(index // 2 * WINDOW_MS)  # windows before this batch's
+    out += store.pop_all()
+    assert max(renewals) >= 2  # some renewals had the state and pending partials to move
+    assert len({w.start_ms for w in out}) == len(out)
+    assert_same(emitted(out), reference(pl.concat(batches)))

@@ -28,7 +28,8 @@ def partial(start: int, rows: dict[str, list[float]]) -> Partial:
                           "m": [v for vs in rows.values() for v in vs]})
     aggregator = PartialAggregator(PLAN, (WINDOW_START, "k"))
     state = aggregator.partial(frame.lazy().with_columns(pl.lit(start).alias(WINDOW_START)))
-    return Partial(start, start + 1000, plan_text(PLAN), state.to_arrow())
+    exported = aggregator.export_state(state)
+    return Partial(start, start + 1000, plan_text(PLAN), exported.to_arrow())
 
 
 def progress(*reports: tuple[PartitionKey, int | None, bool],

@@ -1,0 +1,121 @@
+"""The floor under the kernel targets: Polars at its best on the kernel's payloads.
+
+Targets that stay unmet need the experiment that shows why: the same engine at its best
+on the same data, timed beside DataFusion (and arrowagg) in one process, repetitions
+interleaved. Each stage below leaves out more of what arrowagg must do:
+
+- ``polars_from_bytes``: pyarrow reads each message (no validation), one frame without
+  copying (``pl.from_arrow(..., rechunk=False)``), the window column and the kernel's
+  aggregates in **one** streaming ``group_by`` over all rows: what a fluent Polars user
+  writes for a batch job; no output;
+- ``polars_group_by``: that ``group_by`` alone, over the frame built before the clock
+  starts: the engine's grouping floor on this data;
+- ``output``: ``wire.output.encode_window`` of arrowagg's own result windows alone
+  (Arrow IPC, zstd, 1 MB messages), which no peer does.
+
+    python -m bench.floor            # the full kernel cases
+    python -m bench.floor --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+from pyarrow import ipc
+
+from bench import kernel, payloads
+from bench.payloads import WINDOW_MS, Payloads
+from bench.sizes import FULL, SMOKE
+from consumer.core.plan import derive_plan
+from consumer.core.types import ClosedWindow
+from wire.output import encode_window
+
+
+def _frame(payloads: Payloads) -> pl.DataFrame:
+    tables = [ipc.open_stream(value).read_all() for value in payloads.values]
+    frame = pl.from_arrow(pa.concat_tables(tables), rechunk=False)
+    assert isinstance(frame, pl.DataFrame)  # noqa: S101
+    return frame
+
+
+def _group_by(frame: pl.DataFrame, payloads: Payloads) -> pl.DataFrame:
+    """The seed's aggregates per (window, keys), as bench.kernel's SQL peers compute them."""
+    plan = derive_plan(kernel.schema_of(payloads.values[0]), time_column="ts")
+    funcs = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
+    window = (pl.col("ts").dt.epoch("ms") // WINDOW_MS * WINDOW_MS).alias("window_start")
+    return frame.lazy().group_by(window, *plan.keys).agg(
+        *(funcs[a.func](pl.col(a.name)) for a in plan.aggregates), pl.len().alias("row_count"),
+    ).collect(engine="streaming")
+
+
+def run_polars_from_bytes(payloads: Payloads, _poll: int) -> pl.DataFrame:
+    return _group_by(_frame(payloads), payloads)
+
+
+def _timed(runners: dict[str, Callable[[], Any]], repetitions: int) -> dict[str, list[float]]:
+    seconds: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(repetitions):
+        for name, run in runners.items():
+            gc.collect()
+            started = time.perf_counter()
+            run()
+            seconds[name].append(time.perf_counter() - started)
+    return seconds
+
+
+def measure(built: Payloads, *, repetitions: int, poll_messages: int) -> dict[str, Any]:
+    """Median seconds of arrowagg, DataFusion and the Polars floor stages, interleaved."""
+    frame = _frame(built)
+    windows = _windows(built, poll_messages)
+    kernel.check_agreement({"arrowagg": kernel.run_arrowagg(built, poll_messages),
+                            "polars_from_bytes": run_polars_from_bytes(built, poll_messages)})
+    runners: dict[str, Callable[[], Any]] = {
+        "arrowagg": lambda: kernel.run_arrowagg(built, poll_messages),
+        "datafusion": lambda: kernel.run_datafusion(built, poll_messages),
+        "polars_from_bytes": lambda: run_polars_from_bytes(built, poll_messages),
+        "polars_group_by": lambda: _group_by(frame, built),
+        "output": lambda: [_encode(w) for w in windows],
+    }
+    seconds = _timed(runners, repetitions)
+    medians = {name: statistics.median(runs) for name, runs in seconds.items()}
+    return {"case": built.case.name, "encoding": built.encoding, "rows": built.rows,
+            "median_s": medians, "seconds": seconds}
+
+
+def _windows(built: Payloads, poll_messages: int) -> list[ClosedWindow]:
+    """arrowagg's result windows, as its pipeline closes them."""
+    return kernel.arrowagg_windows(built, poll_messages)
+
+
+def _encode(window: ClosedWindow) -> Any:
+    return encode_window(window.frame, start_ms=window.start_ms, end_ms=window.end_ms,
+                         input_rows=window.input_rows, fmt="arrow", compression="zstd",
+                         max_bytes=1_000_000)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__)
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args(argv)
+    sizes = SMOKE if args.smoke else FULL
+    for case in sizes.kernel_cases:
+        for encoding in payloads.ENCODINGS:
+            figures = measure(payloads.build(case, encoding), repetitions=case.repetitions,
+                              poll_messages=sizes.poll_messages)
+            medians = figures["median_s"]
+            datafusion = medians["datafusion"]
+            print(f"{case.name}, {encoding}: " + ", ".join(
+                f"{name} {s:.3f} s ({datafusion / s:.2f}x DataFusion)"
+                for name, s in medians.items()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

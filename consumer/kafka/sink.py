@@ -107,7 +107,7 @@ class TransactionalSink:
             self._producer = self._new_producer()
             raise AbortRequiredError(error.str()) from exc
         self._failed = error
-        raise FatalKafkaError(error.str()) from exc
+        raise FatalKafkaError(_described(error)) from exc
 
     def _abort(self) -> None:
         try:
@@ -147,6 +147,20 @@ class AtLeastOnceSink:
 
     def close(self) -> None:
         _close(self._producer)
+
+
+# What the broker and librdkafka say, in some order, when a newer producer with our
+# transactional.id has taken over (a restarted instance, or a second one with the same id).
+_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                     KafkaError.INVALID_PRODUCER_EPOCH})
+
+
+def _described(error: KafkaError) -> str:
+    """The error's text, saying plainly when it means we were fenced."""
+    fenced = error.code() in _FENCED or "old epoch" in error.str()
+    if fenced and "fenced" not in error.str():
+        return f"fenced by a newer instance with the same transactional.id ({error.str()})"
+    return error.str()
 
 
 def _close(producer: Producer) -> None:

@@ -43,7 +43,18 @@ class WatermarkTracker:
         self._partitions.pop(partition, None)
 
     def observe(self, partition: PartitionKey, max_event_ms: int | None, now_ms: int) -> None:
-        """Record a message from ``partition`` whose largest event time is ``max_event_ms``."""
+        """Record a message from ``partition`` whose largest event time is ``max_event_ms``.
+
+        When every partition was idle, the stream is resuming after a pause: every
+        partition gets its idle timeout again. Otherwise the first to deliver would move
+        the watermark alone and close windows whose rows the others are about to bring
+        (seen as a whole chunk of in-order rows turned late when two partitions resumed
+        together and one was fetched a poll before the other).
+        """
+        if self._partitions and all(now_ms - p.last_active_ms >= self._idle_timeout_ms
+                                    for p in self._partitions.values()):
+            for other in self._partitions.values():
+                other.last_active_ms = now_ms
         progress = self._partitions.setdefault(partition, _PartitionProgress(None, now_ms))
         progress.last_active_ms = now_ms
         if max_event_ms is not None and (

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from consumer.compose import build_processor
@@ -139,15 +139,26 @@ def end_offsets(bootstrap: str, topic: str) -> list[int]:
         reader.close()
 
 
+_COORDINATOR_MOVING = frozenset({
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT})
+
+
 def committed_offsets(bootstrap: str, group: str, topic: str) -> list[int]:
     """The group's committed offset in each partition of ``topic`` (-1: none), read
     without joining the group."""
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                        "enable.auto.commit": False})
+    partitions = [TopicPartition(topic, p) for p in _partitions(bootstrap, topic)]
     try:
-        partitions = [TopicPartition(topic, p) for p in _partitions(bootstrap, topic)]
         return [tp.offset if tp.offset >= 0 else -1
                 for tp in reader.committed(partitions, timeout=10)]
+    except KafkaException as err:
+        if not (err.args[0].retriable() or err.args[0].code() in _COORDINATOR_MOVING):
+            raise
+        # The group's coordinator is moving or loading (NOT_COORDINATOR, say): nothing
+        # known to be committed yet, which a wait asks again about.
+        return [-1] * len(partitions)
     finally:
         reader.close()
 

@@ -140,8 +140,9 @@ def test_a_stalled_instance_cannot_commit_a_duplicate_window(
         publish_tables(bootstrap, source, chunks[0], producer_id="w1")
         wait_input_committed(bootstrap, group, source, "instance a to commit chunk 1")
         other = start_daemon(configs[1], logs[1])
-        wait_until(lambda: len(owners(admin, group, source, 2)) == 2, timeout_s=60,
-                   what="b to join: the partitions shared")
+        wait_until(lambda: len(layout := owners(admin, group, source, 2)) == 2
+                   and all(layout.values()), timeout_s=60,
+                   what="b to join and own a partition: the partitions shared")
         publish_tables(bootstrap, source, chunks[1], producer_id="w2")
         time.sleep(0.5)
         stalled.send_signal(signal.SIGSTOP)  # stalled mid-stream, maybe mid-transaction

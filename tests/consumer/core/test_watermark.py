@@ -166,3 +166,17 @@ def test_every_partition_with_data_is_ahead_of_one_without() -> None:
     tracker.assign(P0, 0, None)
     tracker.observe(P1, 2_000, now_ms=0)
     assert tracker.ahead(now_ms=0) == [P1]
+
+
+def test_a_stream_resuming_after_a_pause_waits_for_every_partition_again() -> None:
+    tracker = WatermarkTracker(allowed_lateness_ms=0, idle_timeout_ms=1_000)
+    for partition in (P0, P1):
+        tracker.assign(partition, 0, None)
+        tracker.observe(partition, 800, now_ms=0)
+    assert tracker.current(5_000).all_idle  # a pause: both idle
+    tracker.observe(P1, 1_600, now_ms=5_000)  # P1's part of the next chunk comes first
+    watermark = tracker.current(5_000)
+    assert watermark.value_ms == 800, "P0 is about to bring rows of the same windows"
+    assert not tracker.idle(P0, 5_999)
+    tracker.observe(P1, 1_700, now_ms=5_900)
+    assert tracker.current(6_000).value_ms == 1_700  # P0 silent a whole timeout: idle again

@@ -13,12 +13,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import e2e, kernel, latency, memory, payloads, peers, report
+from bench import e2e, kernel, latency, memory, payloads, peers, report, scale_out
 from bench.broker import broker, delete_topics, kafka_version
 from bench.machine import describe, machine_info
 from bench.sizes import FULL, SMOKE, Sizes
 
-SECTIONS = ("kernel", "e2e", "memory", "latency")
+SECTIONS = ("kernel", "e2e", "memory", "latency", "scale_out")
 TEXT = Path(__file__).resolve().parent / "text"
 
 
@@ -38,13 +38,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["kernel"] = run_kernel(sizes)
     if "memory" in sections:
         results["memory"] = run_memory(sizes)
-    if {"e2e", "latency"} & set(sections):
+    if {"e2e", "latency", "scale_out"} & set(sections):
         with broker() as bootstrap:
             results["kafka"] = kafka_version(bootstrap)
             if "e2e" in sections:
                 results["e2e"] = run_e2e(bootstrap, sizes)
             if "latency" in sections:
                 results["latency"] = run_latency(bootstrap, sizes)
+            if "scale_out" in sections:
+                results["scale_out"] = run_scale_out(bootstrap, sizes)
     results["wall_s"] = time.monotonic() - started
     results["load"]["end"] = os.getloadavg()[0]
     write_outputs(results, Path(args.results), Path(args.doc), plot=not args.no_plot)
@@ -139,6 +141,16 @@ def run_memory(sizes: Sizes) -> dict[str, Any]:
         print(f"   steady {sweep[-1]['steady_rss_mb']:.0f} MB, "
               f"peak {sweep[-1]['peak_rss_mb']:.0f} MB", flush=True)
     return {"fixed": fixed, "sweep": [fixed[0], *sweep]}
+
+
+def run_scale_out(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
+    _step(f"scale-out: {sizes.scale_out_bytes / 1e6:.0f} MB through 1, 2, 3 instances")
+    figures = scale_out.measure(bootstrap, target_bytes=sizes.scale_out_bytes, step=_step)
+    for run in figures["runs"]:
+        print(f"   {run['instances']} instance(s), {run['mode']}: {run['seconds']:.1f} s, "
+              f"{run['rows_per_s']:,.0f} rows/s, repartition "
+              f"{run['repartition_bytes_per_input_gb'] / 1e6:.1f} MB per input GB", flush=True)
+    return figures
 
 
 def run_latency(bootstrap: str, sizes: Sizes) -> dict[str, Any]:

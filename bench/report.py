@@ -23,13 +23,33 @@ def write_json(results: dict[str, Any], directory: Path = RESULTS) -> list[Path]
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, body in [("all", results), *((k, results[k]) for k in
-                                           ("kernel", "e2e", "memory", "latency") if k in results)]:
+                                           ("kernel", "e2e", "memory", "latency", "scale_out")
+                                           if k in results)]:
         path = directory / f"{name}.json"
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(body, indent=1, default=str) + "\n")
         tmp.replace(path)
         written.append(path)
     return written
+
+
+def scale_out_table(results: dict[str, Any]) -> str:
+    figures = results["scale_out"]
+    runs = figures["runs"]
+    single = next((r for r in runs if r["mode"] == "one instance"), runs[0])
+    rows = [[str(r["instances"]), r["mode"], f"{r['seconds']:.1f}",
+             f"{r['rows_per_s']:,.0f}", f"{r['rows_per_s'] / single['rows_per_s']:.2f}x",
+             f"{r['repartition_bytes'] / 1e6:.2f}" if r["repartition_bytes"] else "-",
+             f"{r['repartition_bytes_per_input_gb'] / 1e6:.1f}" if r["repartition_bytes"]
+             else "-"] for r in runs]
+    head = (f"{figures['rows']:,} rows ({_gb(figures['input_bytes'])}, dictionary keys, "
+            f"{figures['groups']:,} groups, {figures['windows']} windows) in "
+            f"{figures['input_partitions']} input partitions; "
+            f"{figures['repartition_partitions']} repartition partitions. Launch to the last "
+            "window whole on the output topic (every part's end-of-window marker).")
+    return head + "\n\n" + _table(
+        ["instances", "mode", "seconds", "rows/s", "vs one instance", "repartition MB",
+         "repartition MB per input GB"], rows)
 
 
 # -- the headline ------------------------------------------------------------------------
@@ -282,6 +302,7 @@ def markdown(results: dict[str, Any], *, method: str, findings: str, plot: bool)
         ("2. End to end through the broker", e2e_table, "e2e"),
         ("3. Memory while streaming", memory_table, "memory"),
         ("4. Latency: window close to readable result", latency_table, "latency"),
+        ("5. Scale-out: 1, 2 and 3 instances", scale_out_table, "scale_out"),
     ]
     for title, render, key in sections:
         if key in results:

@@ -11,28 +11,27 @@ On one machine the instances share its cores: what this shows is the cost of the
 stages and that the work splits, not a speed-up (docs/benchmarks.md has the figures and
 what they say about N machines).
 
-    python -m bench.scale_out [--smoke]
+    python -m bench --sections scale_out
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from bench.broker import broker, create_topic, delete_topics
+from bench.broker import create_topic, delete_topics
 from bench.e2e import Topic, prepare
 from bench.payloads import WINDOW_MS
-from bench.report import REPO, RESULTS
+from bench.report import REPO
 
 INPUT_PARTITIONS = 4
 REPARTITIONS = 6
@@ -108,7 +107,8 @@ def run(bootstrap: str, topic: Topic, instances: int, *, scale_out: bool) -> dic
     repartitioned = sum(size for size, _ in _records(bootstrap, repartition, REPARTITIONS)) \
         if scale_out else 0
     delete_topics(bootstrap, [output, *([repartition] if scale_out else [])])
-    return {"instances": instances, "scale_out": scale_out, "seconds": seconds,
+    return {"instances": instances, "mode": "two stages" if scale_out else "one instance",
+            "seconds": seconds,
             "rows": topic.payloads.rows, "input_bytes": topic.nbytes,
             "rows_per_s": topic.payloads.rows / seconds,
             "repartition_bytes": repartitioned,
@@ -141,30 +141,18 @@ def _wait_for_windows(bootstrap: str, output: str, expected: int, *, scale_out: 
         reader.close()
 
 
-def measure(bootstrap: str, *, target_bytes: int) -> dict[str, Any]:
+def measure(bootstrap: str, *, target_bytes: int,
+            step: Callable[[str], None] = lambda _what: None) -> dict[str, Any]:
     topic = prepare(bootstrap, "dictionary", target_bytes, INPUT_PARTITIONS,
                     messages_per_window=20)
     try:
-        runs = [run(bootstrap, topic, 1, scale_out=False)]
-        runs += [run(bootstrap, topic, n, scale_out=True) for n in (1, 2, 3)]
+        runs = []
+        for instances, two_stages in ((1, False), (1, True), (2, True), (3, True)):
+            step(f"scale-out: {instances} instance(s), "
+                 f"{'two stages' if two_stages else 'one instance'}")
+            runs.append(run(bootstrap, topic, instances, scale_out=two_stages))
     finally:
         delete_topics(bootstrap, [topic.name])
     return {"input_partitions": INPUT_PARTITIONS, "repartition_partitions": REPARTITIONS,
-            "groups": 10_000, "windows": topic.windows, "runs": runs}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.scale_out", description=__doc__)
-    parser.add_argument("--smoke", action="store_true", help="a tiny input")
-    args = parser.parse_args(argv)
-    with broker() as bootstrap:
-        result = measure(bootstrap, target_bytes=3_000_000 if args.smoke else 150_000_000)
-    text = json.dumps(result, indent=2)
-    if not args.smoke:
-        (RESULTS / "scale_out.json").write_text(text + "\n")
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            "groups": 10_000, "windows": topic.windows, "rows": topic.payloads.rows,
+            "input_bytes": topic.nbytes, "runs": runs}

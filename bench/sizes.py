@@ -40,6 +40,7 @@ class Sizes:
     latency_window_ms: int
     latency_messages_per_s: int
     latency_rows_per_message: int
+    scale_out_bytes: int  # the input the 1, 2 and 3 instances drain
 
 
 FULL = Sizes(
@@ -61,6 +62,7 @@ FULL = Sizes(
     latency_window_ms=1_000,
     latency_messages_per_s=40,
     latency_rows_per_message=2_000,
+    scale_out_bytes=150 * MB,
 )
 
 SMOKE = replace(
@@ -78,4 +80,5 @@ SMOKE = replace(
     latency_window_ms=500,
     latency_messages_per_s=20,
     latency_rows_per_message=100,
+    scale_out_bytes=3 * MB,
 )

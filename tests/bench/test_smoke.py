@@ -74,7 +74,12 @@ def test_the_harness_writes_figures_for_every_peer(
     for run in results["latency"].values():
         assert run["windows"] > 0
         assert run["p99_ms"] >= run["p50_ms"] > 0
+    runs = results["scale_out"]["runs"]
+    assert [(r["instances"], r["mode"]) for r in runs] == [
+        (1, "one instance"), (1, "two stages"), (2, "two stages"), (3, "two stages")]
+    assert all(r["rows_per_s"] > 0 for r in runs)
+    assert all((r["repartition_bytes"] > 0) == (r["mode"] == "two stages") for r in runs)
     text = doc.read_text()
     for heading in ("## Targets", "Aggregation kernel", "End to end", "The whole job against",
-                    "Memory", "Latency"):
+                    "Memory", "Latency", "Scale-out"):
         assert heading in text

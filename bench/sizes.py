@@ -62,7 +62,7 @@ FULL = Sizes(
     latency_window_ms=1_000,
     latency_messages_per_s=40,
     latency_rows_per_message=2_000,
-    scale_out_bytes=150 * MB,
+    scale_out_bytes=1 * GB,
 )
 
 SMOKE = replace(

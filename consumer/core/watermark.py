@@ -51,6 +51,12 @@ class WatermarkTracker:
         ):
             progress.max_event_ms = max_event_ms
 
+    def idle(self, partition: PartitionKey, now_ms: int) -> bool:
+        """True when ``partition`` has delivered nothing (and had no backlog) for the idle
+        timeout; an unknown partition is idle."""
+        progress = self._partitions.get(partition)
+        return progress is None or now_ms - progress.last_active_ms >= self._idle_timeout_ms
+
     def max_event_ms(self, partition: PartitionKey) -> int | None:
         progress = self._partitions.get(partition)
         return None if progress is None else progress.max_event_ms

@@ -117,6 +117,7 @@ def _explain(settings: Settings, sample: Path | None) -> int:
     window, aggregation = settings.window, settings.aggregation
     plan = derive_plan(schema, time_column=window.timestamp_column if window.time == "event"
                        else None, keys=aggregation.keys, overrides=aggregation.columns)
+    print(window.describe())
     print(plan.describe())
     return EXIT_OK
 

@@ -14,9 +14,11 @@ from consumer.core.decode import Decoder
 from consumer.core.dlq import DlqLimit
 from consumer.core.engine.base import WindowEngine
 from consumer.core.engine.count import CountWindowEngine
+from consumer.core.engine.session import SessionWindowEngine
 from consumer.core.engine.time import TimeWindowEngine
 from consumer.core.pipeline import Pipeline, Routes
 from consumer.core.plan import AggregationPlan, derive_plan
+from consumer.core.sessions import SessionSpec
 from consumer.core.windows import WindowSpec
 from consumer.kafka.clients import consumer_config, producer_config
 from consumer.kafka.processor import StreamProcessor
@@ -64,6 +66,13 @@ def build_engine(settings: Settings, plan: AggregationPlan,
         return CountWindowEngine(plan, batches=window.count_batches, rows=window.count_rows,
                                  idle_timeout_ms=window.idle_timeout_ms,
                                  merge_every=processing.merge_every_batches)
+    if window.kind == "session":
+        assert window.gap_ms is not None  # noqa: S101 - checked by the config model
+        return SessionWindowEngine(
+            plan, SessionSpec(window.gap_ms, window.max_session_ms),
+            event_time=window.time == "event", time_dtype=time_dtype,
+            allowed_lateness_ms=window.allowed_lateness_ms,
+            idle_timeout_ms=window.idle_timeout_ms)
     assert window.size_ms is not None  # noqa: S101 - checked by the config model
     return TimeWindowEngine(
         plan, WindowSpec(window.size_ms, window.step_ms or window.size_ms),

@@ -130,7 +130,7 @@ class OutputSettings(_Section):
 
 
 class WindowSettings(_Section):
-    kind: Literal["tumbling", "hopping", "count"] = "tumbling"
+    kind: Literal["tumbling", "hopping", "count", "session"] = "tumbling"
     time: Literal["event", "processing"] = "event"
     timestamp_column: str | None = None
     size_ms: PositiveInt | None = None
@@ -143,6 +143,10 @@ class WindowSettings(_Section):
     idle_timeout_ms: PositiveInt = 10_000
     count_batches: PositiveInt | None = None
     count_rows: PositiveInt | None = None
+    # Session windows: a session ends after gap_ms without a row of its keys; with
+    # max_session_ms, sessions are cut at its multiples since the epoch.
+    gap_ms: PositiveInt | None = None
+    max_session_ms: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -150,6 +154,8 @@ class WindowSettings(_Section):
             if self.count_batches is None and self.count_rows is None:
                 raise ValueError("count windows need count_batches or count_rows")
             return self
+        if self.kind == "session":
+            return self._consistent_session()
         if self.size_ms is None:
             raise ValueError(f"{self.kind} windows need size_ms")
         if self.kind == "hopping" and (self.step_ms is None or self.step_ms > self.size_ms):
@@ -157,6 +163,38 @@ class WindowSettings(_Section):
         if self.time == "event" and not self.timestamp_column:
             raise ValueError("event-time windows need timestamp_column")
         return self
+
+    def _consistent_session(self) -> Self:
+        if self.gap_ms is None:
+            raise ValueError("session windows need gap_ms")
+        if self.size_ms is not None or self.step_ms is not None:
+            raise ValueError("session windows take gap_ms (and max_session_ms), not "
+                             "size_ms or step_ms")
+        if self.time == "event" and not self.timestamp_column:
+            raise ValueError("event-time windows need timestamp_column")
+        return self
+
+    def describe(self) -> str:
+        """One line for ``consumer explain``: the windows these settings choose."""
+        if self.kind == "count":
+            every = " or ".join(f"{n} {what}" for n, what in (
+                (self.count_batches, "messages"), (self.count_rows, "rows")) if n)
+            return f"windows: count, closing every {every} (or {self.idle_timeout_ms} ms idle)"
+        if self.time == "event":
+            clock = (f"event time {self.timestamp_column!r}, allowed lateness "
+                     f"{self.allowed_lateness_ms} ms")
+        else:
+            clock = ("processing time (each message's Kafka timestamp)"
+                     if self.kind == "session" else "processing time (the wall clock)")
+        if self.kind == "session":
+            most = f", at most {self.max_session_ms} ms (cut at its multiples)" \
+                if self.max_session_ms else ""
+            shape = f"session per keys, gap {self.gap_ms} ms{most}"
+        elif self.kind == "hopping":
+            shape = f"hopping, {self.size_ms} ms every {self.step_ms} ms"
+        else:
+            shape = f"tumbling, {self.size_ms} ms"
+        return f"windows: {shape}, by {clock}"
 
 
 class AggregationSettings(_Section):

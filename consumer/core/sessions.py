@@ -48,6 +48,7 @@ _GROUP = "__session_group"
 _IS_RUN = "__session_is_run"
 _REACH = "__session_reach"
 _ROW = "__session_row"
+_FIRST_ROW = "__session_first_row"
 
 # The poll number of a session that holds no input (an early revision emptied it).
 NO_SEQ = 2**62
@@ -102,11 +103,21 @@ def with_runs(rows: pl.DataFrame, keys: Sequence[str], spec: SessionSpec) -> pl.
     """``rows`` (with ``EVENT_MS``), in their order, with ``BUCKET`` and ``RUN``: rows
     of one run chain within the gap, and runs of the same keys are a gap apart."""
     ts = pl.col(EVENT_MS)
-    ordered = rows.with_columns(spec.bucket(ts).alias(BUCKET)).with_row_index(_ROW).sort(
-        [*keys, BUCKET, EVENT_MS], nulls_last=True, maintain_order=True)
-    starts = _group_change(keys) | (ts - ts.shift(1) >= spec.gap_ms)
-    runs = ordered.with_columns((starts.cum_sum() - 1).cast(pl.Int64).alias(RUN))
-    return runs.sort(_ROW).drop(_ROW)
+    with_bucket = rows.with_columns(spec.bucket(ts).alias(BUCKET))
+    # Each (keys, interval) group's rows, contiguous and in time order, then the run
+    # numbers scattered back to row order. Sorting the rows by their (string) keys
+    # instead cost three times as much (800k rows, 10k groups: 410 ms against 120).
+    by = [*keys, BUCKET]
+    grouped = with_bucket.select(*keys, BUCKET, EVENT_MS).with_row_index(_ROW).select(
+        pl.col(_ROW).sort_by(EVENT_MS).over(by, mapping_strategy="explode"),
+        ts.sort().over(by, mapping_strategy="explode"),
+        (pl.int_range(pl.len()) == 0).over(by, mapping_strategy="explode").alias(_FIRST_ROW),
+    )
+    starts = pl.col(_FIRST_ROW) | (ts.diff() >= spec.gap_ms)
+    runs = grouped.select(_ROW, (starts.cum_sum() - 1).cast(pl.Int64).alias(RUN))
+    in_order = pl.zeros(rows.height, pl.Int64, eager=True).alias(RUN).scatter(
+        runs.get_column(_ROW), runs.get_column(RUN))
+    return with_bucket.with_columns(in_order)
 
 
 def _group_change(keys: Sequence[str]) -> pl.Expr:
@@ -118,8 +129,9 @@ def _group_change(keys: Sequence[str]) -> pl.Expr:
 
 
 class SessionSet:
-    """Open sessions, one row each: the keys, ``SID``, the aggregator's state columns,
-    ``ROWS`` and the bookkeeping columns:
+    """Open sessions, one row each: ``SID``, the aggregator's state columns (it groups by
+    ``SID`` alone: an integer is cheaper to group by than string keys), ``ROWS``, the
+    keys and the bookkeeping columns:
 
     ``FIRST``/``LAST`` the first and last row's time, ``END`` the window end, ``BUCKET``
     the boundary interval, ``SEQ``/``LAST_SEQ`` the first and last poll (numbered by the
@@ -155,10 +167,11 @@ class SessionSet:
             state = self._aggregator.merge([state], regroup=True)
         spec = self._spec
         meta = rows.group_by(RUN).agg(
+            *(pl.col(k).first() for k in self._keys),
             pl.col(EVENT_MS).min().alias(FIRST), pl.col(EVENT_MS).max().alias(LAST),
             pl.col(BUCKET).first(), pl.col(ROW_FRONTIER).min().alias(FRONTIER),
         ).select(
-            (pl.col(RUN) + base).alias(SID), RUN, FIRST, LAST,
+            (pl.col(RUN) + base).alias(SID), RUN, *self._keys, FIRST, LAST,
             spec.end(pl.col(LAST), pl.col(BUCKET)).alias(END), BUCKET,
             pl.lit(seq, pl.Int64).alias(SEQ), pl.lit(seq, pl.Int64).alias(LAST_SEQ),
             pl.lit(0, pl.Int64).alias(REVISION), FRONTIER,
@@ -189,13 +202,22 @@ class SessionSet:
         return lone.drop(_IS_RUN, _GROUP)
 
     def _grouped(self, pool: pl.DataFrame) -> pl.DataFrame:
-        """``pool`` with ``_GROUP``: the session each interval belongs to once merged."""
-        ordered = pool.sort([*self._keys, BUCKET, FIRST], nulls_last=True)
-        reach = pl.col(LAST) + self._spec.gap_ms
-        block = _group_change(self._keys).cum_sum()
-        before = reach.cum_max().shift(1).over(block)
-        starts = _group_change(self._keys) | (pl.col(FIRST) >= before).fill_null(value=True)
-        return ordered.with_columns(starts.cum_sum().alias(_GROUP))
+        """``pool`` with ``_GROUP``: the session each interval belongs to once merged
+        (the scan of ``with_runs``, over intervals: each starts a group unless it begins
+        before the furthest reach of the ones before it)."""
+        by = [*self._keys, BUCKET]
+        reach = (pl.col(LAST) + self._spec.gap_ms).sort_by(FIRST, maintain_order=True)
+        grouped = pool.select(*by, FIRST, LAST).with_row_index(_ROW).select(
+            pl.col(_ROW).sort_by(FIRST, maintain_order=True).over(
+                by, mapping_strategy="explode"),
+            pl.col(FIRST).sort().over(by, mapping_strategy="explode"),
+            reach.cum_max().shift(1).over(by, mapping_strategy="explode").alias(_REACH),
+        )
+        starts = (pl.col(FIRST) >= pl.col(_REACH)).fill_null(value=True)
+        labels = grouped.select(_ROW, starts.cum_sum().alias(_GROUP))
+        in_order = pl.zeros(pool.height, pl.UInt32, eager=True).alias(_GROUP).scatter(
+            labels.get_column(_ROW), labels.get_column(_GROUP))
+        return pool.with_columns(in_order)
 
     def _merged(self, members: pl.DataFrame) -> pl.DataFrame:
         """One session per ``_GROUP`` of ``members``; states merge in the order their
@@ -208,12 +230,18 @@ class SessionSet:
         with_rows = renamed.filter(pl.col(ROWS) > 0)
         state = self._aggregator.merge([with_rows.select(columns)], regroup=True)
         meta = renamed.group_by(SID).agg(
+            *(pl.col(k).first() for k in self._keys),
             pl.col(FIRST).min(), pl.col(LAST).max(), pl.col(BUCKET).first(),
             pl.col(SEQ).min(), pl.col(LAST_SEQ).max(), pl.col(REVISION).max(),
             pl.col(FRONTIER).min(),
         ).with_columns(self._spec.end(pl.col(LAST), pl.col(BUCKET)).alias(END))
-        return state.join(meta, on=SID).join(self._held(with_rows), on=SID).select(
-            self._columns())
+        if (renamed.get_column(REVISION) > 0).any():
+            meta = meta.join(self._held(with_rows), on=SID)
+        else:  # no early revision: the states hold every row of their sessions
+            meta = meta.with_columns(pl.col(FIRST).alias(STATE_FIRST),
+                                     pl.col(LAST).alias(STATE_LAST),
+                                     pl.lit(value=False).alias(SCATTERED))
+        return state.join(meta, on=SID).select(self._columns())
 
     def _held(self, parts: pl.DataFrame) -> pl.DataFrame:
         """Per merged ``SID``: the bounds of the rows the states hold, and whether they
@@ -225,7 +253,7 @@ class SessionSet:
             (apart | pl.col(SCATTERED)).any().alias(SCATTERED))
 
     def _columns(self) -> list[str]:
-        return [*self._aggregator.state_schema.names(), *_META]
+        return [*self._aggregator.state_schema.names(), *self._keys, *_META]
 
     def add(self, sessions: pl.DataFrame) -> None:
         """Open ``sessions`` (runs that touched no open session)."""
@@ -248,8 +276,7 @@ class SessionSet:
             return pl.DataFrame()
         sessions = self._open
         nulls = [pl.lit(None, dtype).alias(name) for name, dtype in sessions.schema.items()
-                 if name in self._aggregator.state_schema
-                 and name not in (*self._keys, SID, ROWS)]
+                 if name in self._aggregator.state_schema and name not in (SID, ROWS)]
         self._open = sessions.with_columns(
             *nulls, pl.lit(0, sessions.schema[ROWS]).alias(ROWS),
             pl.lit(NO_SEQ, pl.Int64).alias(SEQ), (pl.col(REVISION) + 1).alias(REVISION),
@@ -281,10 +308,9 @@ class SessionSet:
                 REVISION, as_dict=True, maintain_order=True).items():
             finalized = self._aggregator.finalize(part.select(
                 self._aggregator.state_schema.names()))
-            frame = finalized.drop(SID).with_columns(
-                part.get_column(FIRST).cast(_UTC_MS).alias(WINDOW_START),
-                part.get_column(END).cast(_UTC_MS).alias(WINDOW_END),
-            ).select(WINDOW_START, WINDOW_END, pl.exclude(WINDOW_START, WINDOW_END))
+            bounds = part.select(pl.col(FIRST).cast(_UTC_MS).alias(WINDOW_START),
+                                 pl.col(END).cast(_UTC_MS).alias(WINDOW_END), *self._keys)
+            frame = pl.concat([bounds, finalized.drop(SID)], how="horizontal")
             out.append(ClosedWindow(
                 int(part.get_column(FIRST).min()),  # type: ignore[arg-type]
                 int(part.get_column(END).max()),  # type: ignore[arg-type]

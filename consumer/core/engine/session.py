@@ -9,6 +9,7 @@ lateness, commit offsets, what the frontier means, and why a replay is exact).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -55,6 +56,8 @@ from consumer.core.types import (
 from consumer.core.watermark import WatermarkTracker
 from consumer.core.windows import to_epoch_ms
 
+log = logging.getLogger(__name__)
+
 # Keys a replay could not classify by the frontier alone are written to every commit's
 # metadata while their rows may be replayed; past this many the open sessions go out as
 # early revisions instead, so that nothing is left to replay (the metadata of an offset
@@ -86,7 +89,7 @@ class SessionWindowEngine:
         self._keys = list(plan.keys)
         self._event_time = event_time
         self._time_dtype = time_dtype
-        self._aggregator = PartialAggregator(plan, (*plan.keys, SID))
+        self._aggregator = PartialAggregator(plan, (SID,))
         self._sids = SidAllocator()
         self._open = SessionSet(self._aggregator, self._keys, spec, self._sids)
         self._closed = ClosedThrough(self._keys)
@@ -299,7 +302,11 @@ class SessionWindowEngine:
         replay, self._replay = self._replay, None
         assert replay is not None  # noqa: S101 - called while replaying
         emitted, still_open = replay.resolve()
-        self.skipped_replayed_rows += replay.skipped_rows + _rows_in(emitted)
+        skipped = replay.skipped_rows + _rows_in(emitted)
+        self.skipped_replayed_rows += skipped
+        log.info("session replay over: %d replayed rows were in emitted sessions (skipped), "
+                 "%d open sessions rebuilt, %d polls of new rows waited", skipped,
+                 still_open.height, len(replay.held))
         self._closed.record(emitted)
         self._open.add(self._open.merge_in(still_open))
         for held in replay.held:

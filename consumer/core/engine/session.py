@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
+from consumer.core.engine.session_offsets import PollOffsets
 from consumer.core.engine.session_replay import SessionReplay, named_by_origin
 from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
 from consumer.core.plan import AggregationPlan
@@ -68,14 +69,11 @@ MAX_LISTED_KEYS = 48
 @dataclass
 class _Progress:
     """One partition's frontier (sessions of its rows ending at or before it are
-    emitted), where its replay ends, and its largest event time before the restart.
-    ``undecided``: the restored ``waiting`` offset and position: rows of the messages
-    between were consumed before, but never taken into a session."""
+    emitted), where its replay ends, and its largest event time before the restart."""
 
     frontier: int | None
     replay_until: int = -1
     restored_max_ms: int | None = None
-    undecided: tuple[int, int] | None = None
 
 
 class SessionWindowEngine:
@@ -99,7 +97,7 @@ class SessionWindowEngine:
         self._progress: dict[PartitionKey, _Progress] = {}
         self._closed_through: int | None = None  # the furthest this instance closed
         self._seq = 0  # polls, numbered: sessions remember the first and last they hold
-        self._first_offsets: dict[int, dict[PartitionKey, int]] = {}
+        self._polls = PollOffsets()
         self._listed = ListedKeys(self._keys)
         self._replay: SessionReplay | None = None
         # Late rows not handed out yet: (rows, their poll, their first message per partition)
@@ -127,8 +125,7 @@ class SessionWindowEngine:
         # Rows from `waiting` on were consumed but never taken into a session: new again.
         until = metadata.position if metadata.waiting is None else min(
             metadata.position, metadata.waiting)
-        if metadata.waiting is not None and metadata.waiting < metadata.position:
-            progress.undecided = (metadata.waiting, metadata.position)
+        self._polls.restore(partition, metadata.waiting, metadata.position)
         if committed is not None and until > committed:
             progress.replay_until = until
             self._start_replay().restore(metadata.closed)
@@ -139,6 +136,7 @@ class SessionWindowEngine:
         self._offsets.revoke(partition)
         self._watermarks.revoke(partition)
         self._progress.pop(partition, None)
+        self._polls.forget(partition)
 
     def replaying(self, partition: PartitionKey) -> bool:
         """True until the partition has been re-read up to where the last run had got."""
@@ -181,11 +179,10 @@ class SessionWindowEngine:
         rows of earlier polls held during a replay (named by ``ORIGIN_*``)."""
         seq = self._seq
         self._seq += 1
-        firsts = self._first_offsets.setdefault(seq, {})
         times = [self._times(ref, now_ms) for ref in refs]
         for ref, (_, last_ms) in zip(refs, times, strict=True):
             self._offsets.record(ref.partition, ref.offset, NO_WINDOW)
-            firsts[ref.partition] = min(ref.offset, firsts.get(ref.partition, ref.offset))
+            self._polls.record(seq, ref.partition, ref.offset)
             self._watermarks.observe(ref.partition, last_ms, now_ms)
         rows = self._rows(frame, refs, [t for t, _ in times])
         if self._replay is not None:
@@ -372,9 +369,7 @@ class SessionWindowEngine:
     def _prune(self) -> None:
         """Forget polls, listed keys and closed keys nothing can replay or reach."""
         min_seq = self._min_seq()
-        def replayable(seq: int) -> bool:
-            return min_seq is not None and seq >= min_seq
-        self._first_offsets = {s: f for s, f in self._first_offsets.items() if replayable(s)}
+        self._polls.prune(min_seq)
         self._listed.prune(min_seq)
         self._closed.prune(min_seq, self._closed_through, self._spec.gap_ms, self._open.frame())
 
@@ -392,14 +387,12 @@ class SessionWindowEngine:
         return listing(self._keys, late, emptied, self._closed, restored, at_most=at_most)
 
     def commit_points(self) -> dict[PartitionKey, CommitPoint]:
-        min_seq = self._min_seq()
         listed = self._listed_now() or ()  # bounded by close_due's overflow check
-        held: dict[PartitionKey, int] = {}
-        for seq, firsts in self._first_offsets.items():
-            if min_seq is not None and seq >= min_seq:
-                for partition, offset in firsts.items():
-                    held[partition] = min(offset, held.get(partition, offset))
-        waiting = self._waiting()
+        held = self._polls.held(self._min_seq())
+        untaken = [waiting for _, _, waiting in self._unreported]
+        if self._replay is not None:
+            untaken.append(self._replay.waiting())
+        waiting = self._polls.waiting(untaken, self._offsets.next_offset)
         points = {}
         for partition in self._offsets.partitions():
             progress = self._progress.get(partition) or _Progress(self._closed_through)
@@ -412,30 +405,11 @@ class SessionWindowEngine:
                 point.metadata, closed=listed, waiting=waiting.get(partition)))
         return points
 
-    def _waiting(self) -> dict[PartitionKey, int]:
-        """Per partition, the first message whose rows no session has taken yet: rows
-        held in a replay, late rows not handed out, and messages an earlier run left
-        undecided that this one has not consumed again yet."""
-        first = {} if self._replay is None else self._replay.waiting()
-        for _, _, waiting in self._unreported:
-            for partition, offset in waiting.items():
-                first[partition] = min(offset, first.get(partition, offset))
-        for partition, progress in self._progress.items():
-            if progress.undecided is None:
-                continue
-            since, until = progress.undecided
-            consumed = self._offsets.next_offset(partition)
-            if consumed is not None and consumed >= until:
-                progress.undecided = None  # consumed again, each row taken or held
-                continue
-            offset = since if consumed is None else max(since, consumed)
-            first[partition] = min(offset, first.get(partition, offset))
-        return first
-
     def discard(self) -> None:
         self._open.discard()
         self._replay = None
         self._unreported.clear()
+        self._polls.prune(None)
 
     def cardinality(self) -> int:
         replay = 0 if self._replay is None else len(self._replay.sessions) + sum(

@@ -3,6 +3,7 @@ what ``explain`` says about the chosen windows."""
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from collections.abc import Iterator
@@ -18,7 +19,9 @@ from consumer.cli import main
 from consumer.compose import build_engine, plan_for
 from consumer.config import ConfigError, settings_from_dict
 from consumer.core.engine.session import SessionWindowEngine
+from consumer.kafka.tail import print_window
 from tests.conftest import REPO
+from wire.output import OutputWindow
 
 SCHEMA = pa.schema([("site", pa.string()), ("ts", pa.timestamp("ms", "UTC")),
                     ("reading_sum", pa.float64())])
@@ -107,3 +110,20 @@ def test_explain_names_the_windows_before_the_aggregates(
     out = capsys.readouterr().out.splitlines()
     assert out[0] == line
     assert any("'reading_sum': sum" in o for o in out[1:])
+
+
+def test_tail_shows_each_sessions_own_bounds() -> None:
+    utc = pl.Datetime("ms", "UTC")
+    sessions = pl.DataFrame({
+        "window_start": [1_000, 5_000], "window_end": [1_400, 5_100], "site": ["a", "b"],
+        "row_count": [3, 1]}).with_columns(pl.col("window_start", "window_end").cast(utc))
+    tumbling = sessions.with_columns(pl.lit(0).cast(utc).alias("window_start"),
+                                     pl.lit(10_000).cast(utc).alias("window_end"))
+    shown = []
+    for frame in (sessions, tumbling):
+        out = io.StringIO()
+        print_window(OutputWindow(0, 10_000, final=True, revision=0, window_rows=4,
+                                  chunk=(1, 1), frame=frame), out)
+        shown.append(out.getvalue())
+    assert "00:00:01.400" in shown[0]  # each session's end, in its row
+    assert "window_start" not in shown[1]  # one window: its bounds are in the heading

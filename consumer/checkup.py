@@ -74,12 +74,20 @@ def describe_windows(settings: Settings) -> str:
     window, output = settings.window, settings.output
     if window.kind == "count":
         return _count_words(window)
-    assert window.size_ms is not None  # noqa: S101 - checked by the config model
-    step = window.step_ms or window.size_ms
-    shape = (f"tumbling windows of {_duration(window.size_ms)}" if window.kind == "tumbling"
-             else f"hopping windows of {_duration(window.size_ms)} every {_duration(step)} "
-                  f"(each row counts in {-(-window.size_ms // step)} windows)")
-    bounds = "aligned to the epoch (a window starts at a multiple of its step)"
+    if window.kind == "session":
+        shape, bounds = _session_words(window)
+    else:
+        assert window.size_ms is not None  # noqa: S101 - checked by the config model
+        step = window.step_ms or window.size_ms
+        shape = (f"tumbling windows of {_duration(window.size_ms)}"
+                 if window.kind == "tumbling"
+                 else f"hopping windows of {_duration(window.size_ms)} every "
+                      f"{_duration(step)} (each row counts in {-(-window.size_ms // step)} "
+                      "windows)")
+        bounds = "aligned to the epoch (a window starts at a multiple of its step)"
+    if window.time == "processing" and window.kind == "session":
+        return (f"{shape}, by processing time: each message's Kafka timestamp is the time "
+                f"of its rows; {bounds}. A session closes when the clock passes its end.")
     if window.time == "processing":
         return (f"{shape}, by processing time, {bounds}: a message's rows fall in the window "
                 "of the moment the daemon reads them, and a window closes when the clock "
@@ -93,6 +101,15 @@ def describe_windows(settings: Settings) -> str:
             f"). A partition with no message for idle_timeout_ms "
             f"({_duration(window.idle_timeout_ms)}) and no backlog stops holding it back. "
             f"Rows for a window already closed are late: {late}.")
+
+
+def _session_words(window: WindowSettings) -> tuple[str, str]:
+    assert window.gap_ms is not None  # noqa: S101 - checked by the config model
+    most = (f", at most {_duration(window.max_session_ms)} long (cut at its multiples since "
+            "the epoch)" if window.max_session_ms else "")
+    return (f"session windows per keys with a gap of {_duration(window.gap_ms)}{most}",
+            ("a session runs from its first row's time to its last row's time plus the gap, "
+            "and a row within the gap of two sessions merges them"))
 
 
 def _count_words(window: WindowSettings) -> str:
@@ -123,12 +140,12 @@ def _window_warnings(settings: Settings,
             yield ("window.allowed_lateness_ms is 0: a row older than the newest one already "
                    f"read from its partition is late; with {several} and producers sharing "
                    "them, rows rarely arrive in order: allow for their disorder")
-        assert window.size_ms is not None  # noqa: S101 - checked by the config model
-        if window.idle_timeout_ms < window.size_ms:
+        if window.size_ms is not None and window.idle_timeout_ms < window.size_ms:
             yield (f"window.idle_timeout_ms ({_duration(window.idle_timeout_ms)}) is shorter "
                    f"than a window ({_duration(window.size_ms)}): a producer pausing longer "
                    "than that no longer holds windows open, and its next rows may be late")
-        if window.step_ms and window.size_ms // window.step_ms > _MANY_WINDOWS_PER_ROW:
+        if (window.step_ms and window.size_ms
+                and window.size_ms // window.step_ms > _MANY_WINDOWS_PER_ROW):
             yield (f"each row is aggregated in {window.size_ms // window.step_ms} hopping "
                    "windows (size_ms / step_ms): that many times the work and state")
     elif window.timestamp_column is not None and window.timestamp_column not in (

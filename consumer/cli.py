@@ -297,6 +297,10 @@ def _explain(settings: Settings, sample: Path | None) -> int:
     from consumer.compose import plan_for  # noqa: PLC0415 - keeps --help fast
 
     schema = read_table(sample).schema if sample else _peek_schema(settings)
+    from consumer.checkup import describe_windows  # noqa: PLC0415
+
+    print(textwrap.fill("windows: " + describe_windows(settings), width=92,
+                        subsequent_indent="  "))
     print(plan_for(settings, schema).describe())
     return EXIT_OK
 

@@ -15,9 +15,11 @@ from consumer.core.dlq import DlqLimit
 from consumer.core.emit import Routes
 from consumer.core.engine.base import WindowEngine
 from consumer.core.engine.count import CountWindowEngine
+from consumer.core.engine.session import SessionWindowEngine
 from consumer.core.engine.time import TimeWindowEngine
 from consumer.core.pipeline import Pipeline, PollPipeline
 from consumer.core.plan import AggregationPlan, derive_plan
+from consumer.core.sessions import SessionSpec
 from consumer.core.stage_one import PartialWindows
 from consumer.core.stage_two import StageTwo
 from consumer.core.two_stage import TwoStagePipeline
@@ -105,6 +107,13 @@ def build_engine(settings: Settings, plan: AggregationPlan,
         return CountWindowEngine(plan, batches=window.count_batches, rows=window.count_rows,
                                  idle_timeout_ms=window.idle_timeout_ms,
                                  merge_every=processing.merge_every_batches)
+    if window.kind == "session":
+        assert window.gap_ms is not None  # noqa: S101 - checked by the config model
+        return SessionWindowEngine(
+            plan, SessionSpec(window.gap_ms, window.max_session_ms),
+            event_time=window.time == "event", time_dtype=time_dtype,
+            allowed_lateness_ms=window.allowed_lateness_ms,
+            idle_timeout_ms=window.idle_timeout_ms)
     assert window.size_ms is not None  # noqa: S101 - checked by the config model
     return TimeWindowEngine(
         plan, WindowSpec(window.size_ms, window.step_ms or window.size_ms),

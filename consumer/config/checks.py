@@ -29,14 +29,17 @@ def _window_key_owners(window: WindowSettings) -> dict[str, tuple[str, bool]]:
     timed = window.kind != "count"
     event = timed and window.time == "event"
     return {
-        "time": ("tumbling and hopping windows", timed),
-        "size_ms": ("tumbling and hopping windows", timed),
+        "time": ("tumbling, hopping and session windows", timed),
+        "size_ms": ("tumbling and hopping windows", window.kind in {"tumbling", "hopping"}),
         "step_ms": ("hopping windows (tumbling ones advance by size_ms)",
                     window.kind == "hopping"),
         "allowed_lateness_ms": ("event-time windows", event),
-        "idle_timeout_ms": ("event-time and count windows", event or not timed),
+        "idle_timeout_ms": ("event-time, session and count windows",
+                            event or not timed or window.kind == "session"),
         "count_batches": ("count windows", not timed),
         "count_rows": ("count windows", not timed),
+        "gap_ms": ("session windows", window.kind == "session"),
+        "max_session_ms": ("session windows", window.kind == "session"),
     }
 
 
@@ -83,6 +86,9 @@ def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
     if settings.window.kind == "count":
         yield (("scale_out",), ("needs time windows: count windows count each instance's "
                "messages, which no two instances share"))
+    if settings.window.kind == "session":
+        yield (("scale_out",), ("session windows run on one instance per consumer group for "
+               "now: stage 2 does not merge partial sessions yet"))
     output = settings.output
     if scale_out.repartition_topic in {*settings.input.topics, output.topic,
                                        output.late_topic, output.dlq_topic}:

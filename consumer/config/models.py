@@ -147,7 +147,7 @@ class OutputSettings(_Section):
 
 
 class WindowSettings(_Section):
-    kind: Literal["tumbling", "hopping", "count"] = "tumbling"
+    kind: Literal["tumbling", "hopping", "count", "session"] = "tumbling"
     time: Literal["event", "processing"] = "event"
     timestamp_column: str | None = None
     size_ms: PositiveInt | None = None
@@ -160,6 +160,10 @@ class WindowSettings(_Section):
     idle_timeout_ms: PositiveInt = 10_000
     count_batches: PositiveInt | None = None
     count_rows: PositiveInt | None = None
+    # Session windows: a session ends after gap_ms without a row of its keys; with
+    # max_session_ms, sessions are cut at its multiples since the epoch.
+    gap_ms: PositiveInt | None = None
+    max_session_ms: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -167,10 +171,22 @@ class WindowSettings(_Section):
             if self.count_batches is None and self.count_rows is None:
                 raise ValueError("count windows need count_batches or count_rows")
             return self
+        if self.kind == "session":
+            return self._consistent_session()
         if self.size_ms is None:
             raise ValueError(f"{self.kind} windows need size_ms")
         if self.kind == "hopping" and (self.step_ms is None or self.step_ms > self.size_ms):
             raise ValueError("hopping windows need step_ms, at most size_ms")
+        if self.time == "event" and not self.timestamp_column:
+            raise ValueError("event-time windows need timestamp_column")
+        return self
+
+    def _consistent_session(self) -> Self:
+        if self.gap_ms is None:
+            raise ValueError("session windows need gap_ms")
+        if self.size_ms is not None or self.step_ms is not None:
+            raise ValueError("session windows take gap_ms (and max_session_ms), not "
+                             "size_ms or step_ms")
         if self.time == "event" and not self.timestamp_column:
             raise ValueError("event-time windows need timestamp_column")
         return self

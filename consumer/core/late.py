@@ -16,6 +16,9 @@ import polars as pl
 
 from consumer.core.types import (
     MESSAGE_INDEX,
+    ORIGIN_OFFSET,
+    ORIGIN_PARTITION,
+    ORIGIN_TOPIC,
     WINDOW_END,
     WINDOW_START,
     ClosedWindow,
@@ -31,14 +34,16 @@ HEADER_PREFIX = "arrowagg.late."
 def late_records(late: pl.DataFrame, refs: Sequence[MessageRef], *, topic: str,
                  compression: Compression, max_bytes: int) -> list[OutputRecord]:
     """``late``: rows with ``window_start``, ``window_end`` and ``MESSAGE_INDEX`` (the
-    index in ``refs`` of the message each came from), as an engine returns them."""
+    index in ``refs`` of the message each came from), as an engine returns them; a
+    negative index names a message of an earlier poll by the ``ORIGIN_*`` columns."""
     records = []
+    named = [c for c in (ORIGIN_TOPIC, ORIGIN_PARTITION, ORIGIN_OFFSET) if c in late.columns]
     groups = late.partition_by(MESSAGE_INDEX, WINDOW_START, as_dict=True, maintain_order=True)
     for (index, start), rows in groups.items():
-        ref = refs[int(index)]
+        ref = refs[int(index)] if int(index) >= 0 else _origin(rows)
         end = int(rows.item(0, WINDOW_END))
-        pieces = encode_for_size(rows.drop(MESSAGE_INDEX).to_arrow(), max_bytes=max_bytes,
-                                 compression=compression)
+        pieces = encode_for_size(rows.drop(MESSAGE_INDEX, *named).to_arrow(),
+                                 max_bytes=max_bytes, compression=compression)
         origin = [
             (HEADER_CONTENT_TYPE, CONTENT_TYPE.encode()),
             (HEADER_PREFIX + "original-topic", ref.partition[0].encode()),
@@ -68,3 +73,8 @@ def late_aggregate_records(late: ClosedWindow, *, topic: str, compression: Compr
     return [OutputRecord(topic, str(late.start_ms).encode(), value,
                          [*headers, (HEADER_CHUNK, f"{i}/{len(pieces)}".encode())])
             for i, value in enumerate(pieces, start=1)]
+
+
+def _origin(rows: pl.DataFrame) -> MessageRef:
+    topic, partition, offset = rows.select(ORIGIN_TOPIC, ORIGIN_PARTITION, ORIGIN_OFFSET).row(0)
+    return MessageRef((str(topic), int(partition)), int(offset), rows.height)

@@ -8,7 +8,8 @@ windows are rebuilt from the input itself and nothing is lost.
 The commit carries metadata (``CommitMetadata``): the emitted-window frontier and the
 position the consumer had reached. On replay, rows of messages before that position whose
 windows lie at or below the frontier were already emitted and are skipped, not counted
-twice and not mistaken for late rows.
+twice and not mistaken for late rows. Session windows may add a few keys whose sessions
+are closed beyond what the frontier tells (``closed``; docs/design.md, "Session windows").
 """
 
 from __future__ import annotations
@@ -22,16 +23,25 @@ from consumer.core.types import NO_WINDOW, PartitionKey
 
 @dataclass(frozen=True)
 class CommitMetadata:
+    """Session windows only (empty for the others): ``closed`` lists (key hash, time)
+    pairs: rows of those keys before that time were emitted or sent to the late topic,
+    rows at or after it are in open sessions; ``waiting`` is the first offset whose rows
+    were consumed but not yet taken into any session (they waited for a replay to end)."""
+
     frontier: int | None
     position: int
     max_event_ms: int | None
+    closed: tuple[tuple[int, int], ...] = ()
+    waiting: int | None = None
 
     def encode(self) -> str:
-        return json.dumps(
-            {"v": 1, "frontier": self.frontier, "position": self.position,
-             "max_event_ms": self.max_event_ms},
-            separators=(",", ":"),
-        )
+        data: dict[str, object] = {"v": 1, "frontier": self.frontier, "position": self.position,
+                                   "max_event_ms": self.max_event_ms}
+        if self.closed:
+            data["closed"] = [list(pair) for pair in self.closed]
+        if self.waiting is not None:
+            data["waiting"] = self.waiting
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def decode(cls, text: str | None) -> CommitMetadata | None:
@@ -42,8 +52,9 @@ class CommitMetadata:
             data = json.loads(text)
             if data.get("v") != 1:
                 return None
+            closed = tuple((int(h), int(t)) for h, t in data.get("closed", ()))
             return cls(_opt_int(data["frontier"]), int(data["position"]),
-                       _opt_int(data["max_event_ms"]))
+                       _opt_int(data["max_event_ms"]), closed, _opt_int(data.get("waiting")))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return None
 

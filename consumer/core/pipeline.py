@@ -237,7 +237,8 @@ class Pipeline:
                 self._engine = self._planned_engine(now_ms)
             tables.append(decoded.table)
             refs.append(MessageRef(message.partition, message.offset, decoded.table.num_rows,
-                                   decoded.min_event_ms, decoded.max_event_ms))
+                                   decoded.min_event_ms, decoded.max_event_ms,
+                                   message.timestamp_ms))
             sizes.append(len(message.value or b""))
         if not tables:
             return Processed(rejected=rejected, rejected_rows=rejected_rows)

@@ -21,6 +21,11 @@ ROW_COUNT = "row_count"
 ROWS = "__rows"
 # In late rows handed back by an engine: which of the poll's messages a row came from.
 MESSAGE_INDEX = "__message"
+# ... or, for rows of a message of an earlier poll (held back during a session replay;
+# MESSAGE_INDEX is then negative), the message itself.
+ORIGIN_TOPIC = "__origin_topic"
+ORIGIN_PARTITION = "__origin_partition"
+ORIGIN_OFFSET = "__origin_offset"
 
 # The window end recorded for a message that fed no window (empty, rejected): done at once.
 NO_WINDOW = -(2**63)
@@ -29,13 +34,15 @@ NO_WINDOW = -(2**63)
 @dataclass(frozen=True)
 class MessageRef:
     """Where a slice of the frame came from: ``rows`` consecutive rows of one message,
-    whose event times (event-time windows) lie in ``[min_event_ms, max_event_ms]``."""
+    whose event times (event-time windows) lie in ``[min_event_ms, max_event_ms]``, and
+    the message's Kafka timestamp (None when it has none)."""
 
     partition: PartitionKey
     offset: int
     rows: int
     min_event_ms: int | None = None
     max_event_ms: int | None = None
+    timestamp_ms: int | None = None
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,8 @@ class WatermarkTracker:
             progress.max_event_ms = max_event_ms
 
     def idle(self, partition: PartitionKey, now_ms: int) -> bool:
-        """No message (and no backlog) from ``partition`` for ``idle_timeout_ms``."""
+        """True when ``partition`` has delivered nothing (and had no backlog) for the idle
+        timeout; an unknown partition is idle."""
         progress = self._partitions.get(partition)
         return progress is None or now_ms - progress.last_active_ms >= self._idle_timeout_ms
 

@@ -230,9 +230,13 @@ def print_window(window: OutputWindow, out: TextIO, *, max_rows: int = 20) -> No
     end = _iso(window.end_ms)
     out.write(f"window [{start}, {end}){chunk}: {window.frame.height} groups, "
               f"{window.window_rows} input rows, {'final' if window.final else 'partial'}\n")
+    frame = window.frame
+    bounds = [c for c in ("window_start", "window_end") if c in frame.columns]
+    if all(frame.get_column(c).n_unique() <= 1 for c in bounds):  # else: sessions, per row
+        frame = frame.drop(bounds)
     with pl.Config(tbl_rows=max_rows, tbl_cols=-1, tbl_width_chars=160,
                    tbl_hide_dataframe_shape=True):
-        out.write(f"{window.frame.drop('window_start', 'window_end', strict=False)}\n")
+        out.write(f"{frame}\n")
     out.flush()
 
 

@@ -366,7 +366,7 @@ def test_a_key_of_the_other_client_is_named() -> None:
     ({"kind": "count", "count_rows": 10, "size_ms": 1_000}, "size_ms",
      "tumbling and hopping windows", "count"),
     ({"kind": "count", "count_rows": 10, "time": "processing"}, "time",
-     "tumbling and hopping windows", "count"),
+     "tumbling, hopping and session windows", "count"),
     ({"kind": "count", "count_rows": 10, "allowed_lateness_ms": 5}, "allowed_lateness_ms",
      "event-time windows", "count"),
     ({"kind": "tumbling", "size_ms": 1_000, "timestamp_column": "ts", "count_batches": 5},
@@ -374,7 +374,9 @@ def test_a_key_of_the_other_client_is_named() -> None:
     ({"kind": "hopping", "size_ms": 1_000, "step_ms": 500, "time": "processing",
       "count_rows": 5}, "count_rows", "count windows", "processing-time hopping"),
     ({"kind": "tumbling", "time": "processing", "size_ms": 1_000, "idle_timeout_ms": 5},
-     "idle_timeout_ms", "event-time and count windows", "processing-time tumbling"),
+     "idle_timeout_ms", "event-time, session and count windows", "processing-time tumbling"),
+    ({"kind": "tumbling", "size_ms": 1_000, "timestamp_column": "ts", "gap_ms": 500},
+     "gap_ms", "session windows", "event-time tumbling"),
     ({"kind": "tumbling", "time": "processing", "size_ms": 1_000, "allowed_lateness_ms": 5},
      "allowed_lateness_ms", "event-time windows", "processing-time tumbling"),
 ])
@@ -484,3 +486,14 @@ def test_env_values_are_read_as_yaml_unless_the_key_takes_text(
         "kafka.consumer": "ARROWAGG_KAFKA__CONSUMER",
         "kafka.security.sasl_password": "ARROWAGG_KAFKA__SECURITY__SASL_PASSWORD",
         "service.http_port": "ARROWAGG_SERVICE__HTTP_PORT"}
+
+
+@pytest.mark.parametrize(("window", "says"), [
+    ({"kind": "count", "count_rows": 10}, "needs time windows"),
+    ({"kind": "session", "gap_ms": 1_000, "timestamp_column": "ts"},
+     "session windows run on one instance per consumer group for now"),
+])
+def test_the_scale_out_refuses_windows_stage_2_cannot_merge(
+        window: dict[str, Any], says: str) -> None:
+    document = minimal(window=window, scale_out={"repartition_topic": "sensors-repartition"})
+    assert config_error(document).startswith(f"config.yaml: scale_out: {says}")

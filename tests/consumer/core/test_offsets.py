@@ -190,3 +190,12 @@ def test_decode_tolerates_deeply_nested_garbage() -> None:
 def test_decode_accepts_missing_optional_values() -> None:
     text = '{"v": 1, "frontier": null, "position": 0, "max_event_ms": null}'
     assert CommitMetadata.decode(text) == CommitMetadata(None, 0, None)
+
+
+def test_session_fields_round_trip_and_stay_out_of_other_metadata() -> None:
+    plain = CommitMetadata(frontier=1_000, position=7, max_event_ms=1_200)
+    assert plain.encode() == '{"v":1,"frontier":1000,"position":7,"max_event_ms":1200}'
+    sessions = CommitMetadata(frontier=1_000, position=7, max_event_ms=1_200,
+                              closed=((2**62 + 5, 950), (17, -(2**63))), waiting=5)
+    assert CommitMetadata.decode(sessions.encode()) == sessions
+    assert CommitMetadata.decode(plain.encode()) == plain

@@ -1,0 +1,130 @@
+"""Session windows as a user configures them: the settings, the engine they build, and
+what ``explain`` says about the chosen windows."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pytest
+import yaml
+
+from consumer.cli import main
+from consumer.compose import build_engine, plan_for
+from consumer.config import ConfigError, settings_from_dict
+from consumer.core.engine.session import SessionWindowEngine
+from consumer.kafka.tail import print_window
+from tests.conftest import REPO
+from wire.output import OutputWindow
+
+SCHEMA = pa.schema([("site", pa.string()), ("ts", pa.timestamp("ms", "UTC")),
+                    ("reading_sum", pa.float64())])
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in list(os.environ):
+        if name.startswith("ARROWAGG_") or name == "KAFKA_BOOTSTRAP_SERVERS":
+            monkeypatch.delenv(name)
+    root = logging.getLogger()  # main() configures logging for the process
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def document(window: dict[str, Any]) -> dict[str, Any]:
+    return {"input": {"topics": ["in"]}, "output": {"topic": "out"}, "window": window}
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [
+        ({"kind": "session", "timestamp_column": "ts"}, "session windows need gap_ms"),
+        ({"kind": "session", "gap_ms": 100}, "event-time windows need timestamp_column"),
+        ({"kind": "session", "gap_ms": 100, "size_ms": 1_000, "timestamp_column": "ts"},
+         "session windows take gap_ms (and max_session_ms), not size_ms or step_ms"),
+    ],
+)
+def test_inconsistent_sessions_are_rejected_in_one_line(window: dict[str, Any],
+                                                        expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        settings_from_dict(document(window), source="config.yaml")
+    assert str(info.value) == f"config.yaml: window: {expected}"
+
+
+@pytest.mark.parametrize("key", ["gap_ms", "max_session_ms"])
+def test_session_lengths_must_be_positive(key: str) -> None:
+    window = {"kind": "session", "gap_ms": 100, "timestamp_column": "ts", key: 0}
+    with pytest.raises(ConfigError) as info:
+        settings_from_dict(document(window), source="config.yaml")
+    assert str(info.value).startswith(f"config.yaml: window.{key}: ")
+
+
+@pytest.mark.parametrize("time", ["event", "processing"])
+def test_session_settings_build_the_session_engine(time: str) -> None:
+    settings = settings_from_dict(document({
+        "kind": "session", "time": time, "timestamp_column": "ts", "gap_ms": 30_000,
+        "max_session_ms": 3_600_000}))
+    plan = plan_for(settings, SCHEMA)
+    engine = build_engine(settings, plan, pl.Datetime("ms", "UTC") if time == "event" else None)
+    assert isinstance(engine, SessionWindowEngine)
+    assert plan.time_column == ("ts" if time == "event" else None)
+
+
+@pytest.mark.parametrize(
+    ("window", "line"),
+    [
+        ({"kind": "session", "timestamp_column": "ts", "gap_ms": 30_000,
+          "max_session_ms": 3_600_000, "allowed_lateness_ms": 500},
+         ("windows: session windows per keys with a gap of 30 s, at most 1 h long (cut at "
+          "its multiples since the epoch), by event time from column 'ts'")),
+        ({"kind": "session", "time": "processing", "gap_ms": 1_000},
+         ("windows: session windows per keys with a gap of 1 s, by processing time: each "
+          "message's Kafka timestamp is the time of its rows")),
+        ({"kind": "tumbling", "timestamp_column": "ts", "size_ms": 5_000},
+         "windows: tumbling windows of 5 s, by event time from column 'ts'"),
+        ({"kind": "hopping", "time": "processing", "size_ms": 5_000, "step_ms": 1_000},
+         ("windows: hopping windows of 5 s every 1 s (each row counts in 5 windows), by "
+          "processing time")),
+        ({"kind": "count", "count_rows": 10_000},
+         "windows: count windows: a window closes after 10000 rows"),
+    ],
+)
+def test_explain_names_the_windows_before_the_aggregates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], window: dict[str, Any], line: str,
+) -> None:
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config["window"] = window
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    sample = tmp_path / "sample.arrows"
+    with pa.ipc.new_stream(sample, SCHEMA) as writer:
+        writer.write_table(SCHEMA.empty_table())
+    assert main(["explain", "--config", str(path), "--sample", str(sample)]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the window words are wrapped
+    assert out.startswith(line)
+    assert "'reading_sum': sum" in out
+
+
+def test_tail_shows_each_sessions_own_bounds() -> None:
+    utc = pl.Datetime("ms", "UTC")
+    sessions = pl.DataFrame({
+        "window_start": [1_000, 5_000], "window_end": [1_400, 5_100], "site": ["a", "b"],
+        "row_count": [3, 1]}).with_columns(pl.col("window_start", "window_end").cast(utc))
+    tumbling = sessions.with_columns(pl.lit(0).cast(utc).alias("window_start"),
+                                     pl.lit(10_000).cast(utc).alias("window_end"))
+    shown = []
+    for frame in (sessions, tumbling):
+        out = io.StringIO()
+        print_window(OutputWindow(0, 10_000, final=True, revision=0, window_rows=4,
+                                  chunk=(1, 1), frame=frame), out)
+        shown.append(out.getvalue())
+    assert "00:00:01.400" in shown[0]  # each session's end, in its row
+    assert "window_start" not in shown[1]  # one window: its bounds are in the heading

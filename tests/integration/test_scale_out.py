@@ -19,6 +19,8 @@ import polars as pl
 import pyarrow as pa
 import pytest
 import yaml
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewPartitions
 from polars.testing import assert_frame_equal
 
 from consumer.kafka.tail import read_output
@@ -27,13 +29,17 @@ from tests.integration.conftest import committed_offsets, end_offsets
 from tests.integration.faults import (
     DurablePublisher,
     PacedPublishing,
+    Record,
     late_rows_logged,
     read_topic,
     wait_until,
     write_figures,
 )
+from tests.integration.test_fault_rebalance import owners
 from tests.integration.test_pipeline import KEYS, T0, reference, sensor_table
+from wire.input import decode_ipc_stream
 from wire.output import WindowEnd, decode_message
+from wire.repartition import HEADER_KIND, KIND_PROGRESS, decode_progress
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -59,10 +65,14 @@ def worker_batches(rng: random.Random) -> list[tuple[int, pa.Table]]:
 class Instances:
     """The daemon processes of one consumer group, by name."""
 
-    def __init__(self, tmp: Path, bootstrap: str, topics: dict[str, str]) -> None:
+    def __init__(self, tmp: Path, bootstrap: str, topics: dict[str, str], *,
+                 repartitions: int = REPARTITIONS,
+                 consumer: dict[str, Any] | None = None) -> None:
         self._tmp = tmp
         self._bootstrap = bootstrap
         self._topics = topics
+        self._repartitions = repartitions
+        self._consumer = {**SESSION, **(consumer or {})}
         self.running: dict[str, subprocess.Popen[bytes]] = {}
         self.exits: list[int] = []
 
@@ -73,7 +83,7 @@ class Instances:
         topics = self._topics
         data: dict[str, Any] = {
             "kafka": {"bootstrap_servers": self._bootstrap, "group_id": topics["group"],
-                      "consumer": SESSION},
+                      "consumer": self._consumer},
             "input": {"topics": [topics["input"]]},
             "output": {"topic": topics["output"], "late_topic": topics["late"]},
             "window": {"kind": "tumbling", "time": "event", "timestamp_column": "ts",
@@ -82,7 +92,7 @@ class Instances:
             "processing": {"instance_id": instance_id, "poll_timeout_ms": 100,
                            "commit_interval_ms": 300},
             "scale_out": {"repartition_topic": topics["repartition"],
-                          "partitions": REPARTITIONS},
+                          "partitions": self._repartitions},
             "service": {"http_port": None, "statistics_interval_ms": 0},
         }
         path = self._tmp / f"{name}.yaml"
@@ -169,7 +179,7 @@ def make_topics(topic_factory: TopicFactory) -> dict[str, str]:
 
 
 def wait_all_windows(bootstrap: str, topics: dict[str, str],
-                     data: list[tuple[int, pa.Table]]) -> None:
+                     data: list[tuple[int, pa.Table]], *, parts: int = REPARTITIONS) -> None:
     """Until stage 1 has committed the whole input and every part of every window sent
     has ended on the output topic."""
     wait_until(lambda: committed_offsets(bootstrap, topics["group"], topics["input"])
@@ -177,12 +187,13 @@ def wait_all_windows(bootstrap: str, topics: dict[str, str],
                timeout_s=120, what="every input record committed by stage 1")
     windows_sent = pl.concat([pl.DataFrame(t) for _, t in data]).select(
         (pl.col("ts").dt.epoch("ms") // SIZE_MS).n_unique()).item()
-    wait_until(lambda: end_markers(bootstrap, topics["output"]) >= windows_sent * REPARTITIONS,
+    wait_until(lambda: end_markers(bootstrap, topics["output"]) >= windows_sent * parts,
                timeout_s=120, what="every part of every window ended")
 
 
 def check_output(bootstrap: str, topics: dict[str, str], data: list[tuple[int, pa.Table]],
-                 logs: list[Path]) -> dict[str, Any]:
+                 logs: list[Path], *, parts: int = REPARTITIONS,
+                 late_allowed: bool = False) -> dict[str, Any]:
     """The output against DuckDB: figures, after the asserts that they are right."""
 
     messages = [decode_message(r.value, list(r.headers.items()))
@@ -206,8 +217,9 @@ def check_output(bootstrap: str, topics: dict[str, str], data: list[tuple[int, p
     print(figures)
     assert duplicates == 0, "a (window, keys) row was emitted twice"
     assert len(windows) == expected["window_start"].n_unique()
-    assert len(ends) == len(windows) * REPARTITIONS, "every part of every window ended"
-    assert figures["late_records"] == figures["late_rows_logged"] == 0
+    assert len(ends) == len(windows) * parts, "every part of every window ended"
+    if not late_allowed:
+        assert figures["late_records"] == figures["late_rows_logged"] == 0
     assert_frame_equal(got.drop("window_end").select(expected.columns).sort(window_keys),
                        expected, check_exact=False, rel_tol=1e-9, abs_tol=1e-9,
                        check_dtypes=False)
@@ -249,3 +261,91 @@ def test_a_stalled_instance_and_a_fenced_zombie_emit_no_duplicate_and_no_early_f
                                         "exit_codes": instances.exits, **figures})
     assert fenced_exit == 1
     assert "fenced" in fenced_line
+
+
+def test_more_instances_than_input_partitions_and_a_partition_added_while_running(
+    bootstrap: str, admin: AdminClient, topic_factory: TopicFactory, tmp_path: Path,
+) -> None:
+    """Three instances on two input partitions (one of them runs stage 2 only); then a
+    third input partition appears while running. Once stage 2 has heard of it, its rows
+    of windows still open are aggregated like any; its rows of a window already emitted
+    are late, never merged."""
+    topics = {**make_topics(topic_factory), "input": topic_factory("in", partitions=2)}
+    # A partition added to the topic is seen at the next metadata refresh (5 min by
+    # default: operators who add partitions may want it shorter, as here).
+    instances = Instances(tmp_path, bootstrap, topics, repartitions=2,
+                          consumer={"topic.metadata.refresh.interval.ms": 2000})
+    rng = random.Random(16)
+    first = steps(rng, range(2), range(40))  # windows 0-4, partitions 0 and 1
+    old = [(2, sensor_table(rng, 25, T0 + SIZE_MS, SIZE_MS))]  # window 1, emitted long ago
+    then = steps(rng, range(3), range(40, 80))  # all three partitions: windows 5-9
+    publisher = DurablePublisher(bootstrap, topics["input"])
+    group, source = topics["group"], topics["input"]
+    try:
+        for name in ("a", "b", "c"):
+            instances.start(name)
+        wait_until(lambda: len(owners(admin, group, source, 2)) == 3, timeout_s=60,
+                   what="three members sharing the two input partitions")
+        layout = owners(admin, group, source, 2)
+        assert [] in layout.values(), f"one instance runs stage 2 only: {layout}"
+        publish(publisher, first)
+        wait_until(lambda: committed_offsets(bootstrap, group, source)
+                   == end_offsets(bootstrap, source), timeout_s=90,
+                   what="the first windows through stage 1")
+        admin.create_partitions([NewPartitions(source, 3)])[source].result(timeout=30)
+        # A producer made now knows the new partition (an older one's metadata may not).
+        publisher = DurablePublisher(bootstrap, source, producer_id="after")
+        publish(publisher, old)
+        # From its owner's first progress record on, stage 2 waits for the new partition.
+        wait_until(lambda: committed_offsets(bootstrap, group, source)
+                   == end_offsets(bootstrap, source)
+                   and named_in_progress(bootstrap, topics["repartition"], (source, 2)),
+                   timeout_s=60, what="the new partition read and named in a progress record")
+        # Paced, as live producers are: every partition is idle by now, and a partition
+        # stays idle (holding nothing back) until its next rows are read; paced, they are
+        # read long before any of them could move a frontier past a window still open.
+        PacedPublishing(publisher, then, pause_s=0.05).finish()
+        publisher.flush()
+        wait_all_windows(bootstrap, topics, [*first, *then], parts=2)
+        instances.stop_all()
+    finally:
+        instances.kill_all()
+    late_records = read_topic(bootstrap, topics["late"], 1, quiet_s=1.0)
+    late_rows = sum(late_row_count(r) for r in late_records)
+    figures = check_output(bootstrap, topics, [*first, *then],
+                           [instances.log(n) for n in ("a", "b", "c")], parts=2,
+                           late_allowed=True)
+    write_figures("scale_out_partitions", {"layout_before": layout, **figures,
+                                           "late_rows_in_late_topic": late_rows})
+    assert late_rows == old[0][1].num_rows, "the old window's rows, late, and only they"
+
+
+def named_in_progress(bootstrap: str, repartition_topic: str,
+                      partition: tuple[str, int]) -> bool:
+    """Whether a progress record names that input partition. Progress goes to every
+    repartition partition: reading the first is enough."""
+    return any((p.topic, p.partition) == partition
+               for r in read_topic(bootstrap, repartition_topic, 1, quiet_s=1.0)
+               if r.headers.get(HEADER_KIND) == KIND_PROGRESS.encode()
+               for p in decode_progress(r.value).partitions)
+
+
+def steps(rng: random.Random, partitions: range, window_steps: range,
+          ) -> list[tuple[int, pa.Table]]:
+    return [(p, sensor_table(rng, 30, T0 + step * STEP_MS, STEP_MS))
+            for step in window_steps for p in partitions]
+
+
+def publish(publisher: DurablePublisher, batches: list[tuple[int, pa.Table]]) -> None:
+    for partition, table in batches:
+        publisher.publish(partition, table)
+    publisher.flush()
+
+
+def late_row_count(record: Record) -> int:
+    """Input rows a late record stands for: raw late rows (stage 1 found them late), or
+    the row_count of finalized aggregates (stage 2 did)."""
+    table = pl.DataFrame(decode_ipc_stream(record.value))
+    if record.headers.get("arrowagg.late.kind") == b"aggregate":
+        return int(table["row_count"].sum())
+    return table.height

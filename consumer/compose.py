@@ -17,7 +17,7 @@ from consumer.core.engine.base import WindowEngine
 from consumer.core.engine.count import CountWindowEngine
 from consumer.core.engine.time import TimeWindowEngine
 from consumer.core.pipeline import Pipeline, PollPipeline
-from consumer.core.plan import AggregationPlan, derive_plan
+from consumer.core.plan import AggregationPlan, Override, Quantile, derive_plan
 from consumer.core.stage_one import PartialWindows
 from consumer.core.stage_two import StageTwo
 from consumer.core.two_stage import TwoStagePipeline
@@ -60,7 +60,8 @@ def build_pipeline(settings: Settings) -> Pipeline:
         dlq_limit=DlqLimit(max_invalid_ratio=limit.max_invalid_ratio,
                            window_messages=limit.window_messages,
                            max_consecutive_invalid=limit.max_consecutive_invalid),
-        budget=GroupBudget(inputs.max_groups, inputs.over_budget),
+        budget=GroupBudget(inputs.max_groups, inputs.over_budget,
+                           max_values=inputs.max_buffered_values),
         commit_interval_ms=settings.processing.commit_interval_ms,
         # Count windows number their windows: their frontier is no time to bound.
         max_future_ms=None if settings.window.kind == "count" else settings.window.max_future_ms,
@@ -94,8 +95,12 @@ def plan_for(settings: Settings, schema: pa.Schema) -> AggregationPlan:
     unused = {} if event_time or column is None else {column: (
         f"window.timestamp_column, which {window_kind(window)} windows do not use (list "
         "it in aggregation.keys to group by it)")}
+    overrides: dict[str, Override] = {
+        name: func if isinstance(func, str) else Quantile(func.quantile)
+        for name, func in aggregation.columns.items()}
     return derive_plan(schema, time_column=column if event_time else None,
-                       keys=aggregation.keys, overrides=aggregation.columns, unused=unused)
+                       keys=aggregation.keys, overrides=overrides, unused=unused,
+                       expressions=aggregation.expressions)
 
 
 def build_engine(settings: Settings, plan: AggregationPlan,

@@ -17,6 +17,7 @@ from consumer.config.models import (
     Settings,
     WindowSettings,
 )
+from consumer.core.plan import HOLISTIC
 
 
 def window_kind(window: WindowSettings) -> str:
@@ -83,6 +84,14 @@ def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
     if settings.window.kind == "count":
         yield (("scale_out",), ("needs time windows: count windows count each instance's "
                "messages, which no two instances share"))
+    aggregation = settings.aggregation
+    buffered = sorted(name for name, func in aggregation.columns.items()
+                      if not isinstance(func, str) or func in HOLISTIC)
+    if buffered or aggregation.expressions:
+        named = ", ".join([*buffered, *aggregation.expressions])
+        yield (("scale_out",), (f"cannot carry aggregates that need the window's values "
+               f"({named}: median, quantile, n_unique and expressions): stage 2 merges "
+               "partial results only; remove them or the scale_out section"))
     output = settings.output
     if scale_out.repartition_topic in {*settings.input.topics, output.topic,
                                        output.late_topic, output.dlq_topic}:

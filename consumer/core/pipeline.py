@@ -346,17 +346,19 @@ class Pipeline:
     def _keep_to_budget(self, now_ms: int,
                         ) -> tuple[list[PartitionKey], list[PartitionKey], list[ClosedWindow]]:
         """Pause partitions that run ahead, resume them, or emit early (budget.py)."""
-        groups = self._engine.cardinality()
-        decision = self._budget.check(groups, self._engine.ahead_of_watermark(now_ms))
+        groups, values = self._engine.cardinality(), self._engine.buffered_values()
+        decision = self._budget.check(groups, self._engine.ahead_of_watermark(now_ms),
+                                      values=values)
+        held = f"{groups} groups and {values} buffered values held"
         if decision.pause:
-            log.warning("%d groups held: pausing %s, ahead of the watermark, until windows "
-                        "close", groups, partition_names(decision.pause))
+            log.warning("%s: pausing %s, ahead of the watermark, until windows close",
+                        held, partition_names(decision.pause))
         if decision.resume:
-            log.info("%d groups held: resuming %s", groups, partition_names(decision.resume))
+            log.info("%s: resuming %s", held, partition_names(decision.resume))
         if not decision.emit_early:
             return decision.pause, decision.resume, []
-        log.warning("%d groups held (input.max_groups = %d): emitting open windows early",
-                    groups, self._budget.max_groups)
+        log.warning("%s (input.max_groups, input.max_buffered_values): emitting open windows "
+                    "early", held)
         return decision.pause, decision.resume, self._engine.emit_early(now_ms)
 
     # -- state ---------------------------------------------------------------------------

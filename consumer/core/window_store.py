@@ -9,6 +9,9 @@ O(groups) each time for no gain. They are merged sooner once two or more of them
 more rows than the state (and at least ``_MERGE_FROM_PENDING_ROWS``): at high
 cardinality each partial is nearly as large as its batch (often not grouped at all), and
 eight of them held ~6x the state's memory (1M groups: 1.5 GB peak RSS).
+
+A plan with aggregates that do not decompose also keeps, per window, the rows of the
+columns they read (consumer/core/holistic.py); they are aggregated once, at close.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
+from consumer.core.holistic import ValueBuffer
 from consumer.core.types import ROW_COUNT, ROWS, WINDOW_END, WINDOW_START, ClosedWindow
 
 # Below this many pending rows the merge cadence alone decides (a merge has a fixed cost).
@@ -42,6 +46,7 @@ class _Window:
     end: int
     state: _Part | None = None
     pending: list[_Part] = field(default_factory=list)
+    values: list[pl.DataFrame] = field(default_factory=list)  # buffered rows, if any
 
     def parts(self) -> list[_Part]:
         """In arrival order (first/last depend on it)."""
@@ -60,22 +65,38 @@ class WindowStore:
         self._merge_every = merge_every
         self._finalize = finalize
         self._windows: dict[int, _Window] = {}  # by start
+        self._values = ValueBuffer.for_plan(aggregator.plan, aggregator.group_by)
+        if self._values is not None and not finalize:
+            raise ValueError("buffered aggregates (median, quantile, n_unique, expressions) "
+                             "have no partial state to hand on")
 
     def add(self, partial: pl.DataFrame, ends: dict[int, int], *,
-            grouped: bool | None = None) -> None:
+            grouped: bool | None = None, rows: pl.LazyFrame | None = None) -> None:
         """Add a partial state; ``ends`` maps each window start it holds to its end.
         ``grouped`` (each group at most once): by default, whether the aggregator's last
-        partial() grouped its batch, for the state it has just returned."""
+        partial() grouped its batch, for the state it has just returned. ``rows``: the
+        batch the partial came from, required when the plan buffers values."""
         if partial.height == 0:
             return
         if grouped is None:
             grouped = self._aggregator.last_partial_grouped
+        values = self._buffered(rows, ends)
         for start, frame in _by_window(partial, ends):
             window = self._windows.setdefault(start, _Window(ends[start]))
             window.pending.append(_Part(frame, grouped))
+            if start in values:
+                window.values.append(values[start])
             if self._merge_due(window):
                 window.state = _merged(self._aggregator, window.parts())
                 window.pending = []
+
+    def _buffered(self, rows: pl.LazyFrame | None, ends: dict[int, int],
+                  ) -> dict[int, pl.DataFrame]:
+        if self._values is None:
+            return {}
+        if rows is None:
+            raise ValueError("this plan buffers values: add() needs the batch's rows")
+        return dict(_by_window(self._values.take(rows), ends))
 
     def _merge_due(self, window: _Window) -> bool:
         if len(window.pending) >= self._merge_every:
@@ -92,6 +113,12 @@ class WindowStore:
     def cardinality(self) -> int:
         """Groups held across open windows (an upper bound until pending partials merge)."""
         return sum(window.rows() for window in self._windows.values())
+
+    def buffered_values(self) -> int:
+        """Values buffered for aggregates that do not decompose (0: none do)."""
+        if self._values is None:
+            return 0
+        return self._values.count([v for w in self._windows.values() for v in w.values])
 
     def pop_closed(self, frontier_ms: int | None) -> list[ClosedWindow]:
         """Remove and return every window whose end is at or below ``frontier_ms``."""
@@ -118,7 +145,10 @@ class WindowStore:
         self._compact_keys()
         if not self._finalize:
             return _closed_windows(ends, self._aggregator.export_state(merged), _closed_state)
-        return _closed_windows(ends, self._aggregator.finalize(merged), _closed)
+        results = self._aggregator.finalize(merged)
+        if self._values is not None:
+            results = self._values.attach(results, [v for w in closing for v in w.values])
+        return _closed_windows(ends, results, _closed)
 
     def _compact_keys(self) -> None:
         windows = list(self._windows.values())

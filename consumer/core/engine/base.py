@@ -41,6 +41,9 @@ class WindowEngine(Protocol):
 
     def discard(self) -> None: ...
     def cardinality(self) -> int: ...
+    def buffered_values(self) -> int:
+        """Values buffered for aggregates that do not decompose (holistic.py)."""
+
     def open_window_count(self) -> int: ...
 
 
@@ -128,6 +131,9 @@ class UnplannedEngine:
         return []
 
     def cardinality(self) -> int:
+        return 0
+
+    def buffered_values(self) -> int:
         return 0
 
     def open_window_count(self) -> int:

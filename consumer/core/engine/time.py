@@ -145,7 +145,7 @@ class TimeWindowEngine:
             windowed = self._windowed(frame.lazy(), now_ms)
         partial = self._aggregator.partial(windowed)
         starts = partial.get_column(WINDOW_START).unique().to_list()
-        self._store.add(partial, {s: s + self._spec.size_ms for s in starts})
+        self._store.add(partial, {s: s + self._spec.size_ms for s in starts}, rows=windowed)
         for ref in refs:
             event_ms = ref.max_event_ms if self._event_time else now_ms
             self._offsets.record(ref.partition, ref.offset, self._last_end(event_ms))
@@ -301,6 +301,9 @@ class TimeWindowEngine:
 
     def cardinality(self) -> int:
         return self._store.cardinality()
+
+    def buffered_values(self) -> int:
+        return self._store.buffered_values()
 
     def open_window_count(self) -> int:
         return len(self._store.open_windows())

@@ -12,7 +12,7 @@ from consumer.config import Settings, window_kind
 from consumer.core.budget import GroupBudget
 from consumer.core.decode import Decoder
 from consumer.core.dlq import DlqLimit
-from consumer.core.emit import Routes
+from consumer.core.emit import REVISION, Routes
 from consumer.core.engine.base import WindowEngine
 from consumer.core.engine.count import CountWindowEngine
 from consumer.core.engine.time import TimeWindowEngine
@@ -48,7 +48,9 @@ def build_pipeline(settings: Settings) -> Pipeline:
     )
     routes = Routes(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
                     dlq_topic=output.dlq_topic, output_format=output.format,
-                    compression=output.compression, max_message_bytes=output.max_message_bytes)
+                    compression=output.compression, max_message_bytes=output.max_message_bytes,
+                    drop_late=settings.window.late == "drop",
+                    revision_column=settings.window.late == "revise")
     scale_out = settings.scale_out
     emitter = None if scale_out is None else PartialWindows(
         scale_out.repartition_topic, scale_out.partitions,
@@ -75,7 +77,8 @@ def build_two_stages(settings: Settings, inputs: set[PartitionKey]) -> TwoStageP
     output = settings.output
     routes = Routes(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
                     output_format=output.format, compression=output.compression,
-                    max_message_bytes=output.max_message_bytes)
+                    max_message_bytes=output.max_message_bytes,
+                    drop_late=settings.window.late == "drop")
     stage_two = StageTwo(routes, partitions=settings.scale_out.partitions, inputs=inputs,
                          merge_every=settings.processing.merge_every_batches,
                          counters=stage_one.counters)
@@ -100,7 +103,8 @@ def plan_for(settings: Settings, schema: pa.Schema) -> AggregationPlan:
         for name, func in aggregation.columns.items()}
     return derive_plan(schema, time_column=column if event_time else None,
                        keys=aggregation.keys, overrides=overrides, unused=unused,
-                       expressions=aggregation.expressions)
+                       expressions=aggregation.expressions,
+                       reserved=(REVISION,) if window.late == "revise" else ())
 
 
 def build_engine(settings: Settings, plan: AggregationPlan,
@@ -115,7 +119,8 @@ def build_engine(settings: Settings, plan: AggregationPlan,
         plan, WindowSpec(window.size_ms, window.step_ms or window.size_ms),
         event_time=window.time == "event", time_dtype=time_dtype,
         allowed_lateness_ms=window.allowed_lateness_ms, idle_timeout_ms=window.idle_timeout_ms,
-        merge_every=processing.merge_every_batches, partials=settings.scale_out is not None)
+        merge_every=processing.merge_every_batches, partials=settings.scale_out is not None,
+        revise_within_ms=window.revision_lateness_ms if window.late == "revise" else None)
 
 
 def build_processor(settings: Settings, observer: ProcessorObserver | None = None, *,

@@ -38,7 +38,26 @@ def _window_key_owners(window: WindowSettings) -> dict[str, tuple[str, bool]]:
         "idle_timeout_ms": ("event-time and count windows", event or not timed),
         "count_batches": ("count windows", not timed),
         "count_rows": ("count windows", not timed),
+        "late": ("event-time windows (no other has late rows)", event),
+        "revision_lateness_ms": ("event-time windows", event),
     }
+
+
+# The commit metadata carries the revision number of each window kept for revisions
+# (consumer/core/offsets.py, Retention), and Kafka keeps at most 4096 bytes of it
+# (offset.metadata.max.bytes): ~20 bytes a window.
+MAX_KEPT_WINDOWS = 150
+
+
+def _revision_problems(window: WindowSettings) -> Iterator[Problem]:
+    if window.revision_lateness_ms is None or window.size_ms is None:
+        return
+    kept = window.revision_lateness_ms // (window.step_ms or window.size_ms) + 1
+    if kept > MAX_KEPT_WINDOWS:
+        yield (("window", "revision_lateness_ms"),
+               (f"keeps up to {kept} emitted windows for revisions (revision_lateness_ms / "
+                f"step); at most {MAX_KEPT_WINDOWS} fit the commit metadata that numbers "
+                "their revisions: shorten it or lengthen the windows"))
 
 
 def _window_key_problems(window: WindowSettings) -> Iterator[Problem]:
@@ -72,6 +91,10 @@ def _topic_problems(settings: Settings) -> Iterator[Problem]:
         elif topic == output.topic:
             yield (("output", key), (f"{topic!r} is the output topic: subscribers would read "
                    f"{what} as windows; give them a topic of their own"))
+    if output.late_topic is not None and settings.window.late == "drop":
+        yield (("output", "late_topic"), ("window.late is drop: late rows are counted and "
+               "dropped, never written; remove output.late_topic (or set window.late: "
+               "topic)"))
     if output.late_topic is not None and output.late_topic == output.dlq_topic:
         yield (("output", "dlq_topic"), (f"{output.dlq_topic!r} is also output.late_topic; "
                "late rows and dead letters need a topic each"))
@@ -84,6 +107,10 @@ def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
     if settings.window.kind == "count":
         yield (("scale_out",), ("needs time windows: count windows count each instance's "
                "messages, which no two instances share"))
+    if settings.window.late == "revise":
+        yield (("scale_out",), ("cannot revise emitted windows (window.late: revise): stage "
+               "2 keeps no state of the windows it has emitted; use window.late: topic or "
+               "drop with scale_out"))
     aggregation = settings.aggregation
     buffered = sorted(name for name, func in aggregation.columns.items()
                       if not isinstance(func, str) or func in HOLISTIC)
@@ -155,7 +182,8 @@ class _Collected(logging.Handler):
 
 def cross_key_problems(settings: Settings) -> list[Problem]:
     """What the one-key-at-a-time validation cannot see."""
-    return [*_window_key_problems(settings.window), *_topic_problems(settings),
+    return [*_window_key_problems(settings.window), *_revision_problems(settings.window),
+            *_topic_problems(settings),
             *_scale_out_problems(settings), *_librdkafka_problems(settings.kafka)]
 
 

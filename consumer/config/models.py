@@ -165,9 +165,18 @@ class WindowSettings(_Section):
     idle_timeout_ms: PositiveInt = 10_000
     count_batches: PositiveInt | None = None
     count_rows: PositiveInt | None = None
+    # A row for a window already emitted (event time): "topic" writes it to
+    # output.late_topic (or counts it when none is set); "revise" merges it into the
+    # window, kept until the watermark passes its end + revision_lateness_ms, and emits the
+    # changed groups as the window's next revision (rows later than that: as "topic");
+    # "drop" counts it. docs/wire-format.md, "Revisions".
+    late: Literal["topic", "revise", "drop"] = "topic"
+    revision_lateness_ms: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        if (self.late == "revise") != (self.revision_lateness_ms is not None):
+            raise ValueError("late: revise needs revision_lateness_ms, which only it takes")
         if self.kind == "count":
             if self.count_batches is None and self.count_rows is None:
                 raise ValueError("count windows need count_batches or count_rows")

@@ -48,19 +48,19 @@ class _Param:
     required: bool = False
 
 
-def _number(value: object) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _fraction(value: object) -> bool:
-    return _number(value) and 0 <= value <= 1  # type: ignore[operator]
+def _is_fraction(value: object) -> bool:
+    return _is_number(value) and 0 <= value <= 1  # type: ignore[operator]
 
 
-def _small_int(value: object) -> bool:
+def _is_small_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 20
 
 
-def _scalar(value: object) -> bool:
+def _is_constant(value: object) -> bool:
     return value is None or isinstance(value, int | float | str | bool)
 
 
@@ -81,19 +81,19 @@ def _elementwise(*params: _Param) -> _Method:
     return _Method(aggregates=False, params=params)
 
 
-def _positive(value: object) -> bool:
-    return _number(value) and value > 0  # type: ignore[operator]
+def _is_positive(value: object) -> bool:
+    return _is_number(value) and value > 0  # type: ignore[operator]
 
 
-_DDOF = _Param("ddof", _small_int, "an integer from 0 to 20")
-_CONSTANT = _Param("value", _scalar, "a constant", required=True)
+_DDOF = _Param("ddof", _is_small_int, "an integer from 0 to 20")
+_CONSTANT = _Param("value", _is_constant, "a constant", required=True)
 _METHODS: dict[str, _Method] = {
     # aggregations: a group's rows become one value
     **{name: _aggregation() for name in (
         "sum", "mean", "median", "min", "max", "count", "n_unique", "first", "last",
         "null_count", "len", "product")},
     "quantile": _aggregation(
-        _Param("quantile", _fraction, "a number from 0 to 1", required=True),
+        _Param("quantile", _is_fraction, "a number from 0 to 1", required=True),
         _Param("interpolation", lambda v: v in _INTERPOLATIONS,
                f"one of {', '.join(_INTERPOLATIONS)}")),
     "std": _aggregation(_DDOF),
@@ -102,12 +102,12 @@ _METHODS: dict[str, _Method] = {
     **{name: _elementwise() for name in (
         "abs", "sqrt", "exp", "is_null", "is_not_null", "is_nan", "is_not_nan", "not_",
         "floor", "ceil", "sign")},
-    "log": _elementwise(_Param("base", _positive, "a positive number")),
-    "round": _elementwise(_Param("decimals", _small_int, "an integer from 0 to 20")),
+    "log": _elementwise(_Param("base", _is_positive, "a positive number")),
+    "round": _elementwise(_Param("decimals", _is_small_int, "an integer from 0 to 20")),
     "fill_null": _elementwise(_CONSTANT),
     "fill_nan": _elementwise(_CONSTANT),
-    "clip": _elementwise(_Param("lower_bound", _scalar, "a constant"),
-                         _Param("upper_bound", _scalar, "a constant")),
+    "clip": _elementwise(_Param("lower_bound", _is_constant, "a constant"),
+                         _Param("upper_bound", _is_constant, "a constant")),
 }
 
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
@@ -164,7 +164,7 @@ class _Builder:
         if depth > _MAX_DEPTH:
             raise ExpressionError(f"nested deeper than {_MAX_DEPTH} levels")
         match node:
-            case ast.Constant(value=value) if _scalar(value):
+            case ast.Constant(value=value) if _is_constant(value):
                 return value, "constant", []
             case ast.Call():
                 return self._call(node, depth)

@@ -166,12 +166,14 @@ def derive_plan(
     overrides: Mapping[str, Override] | None = None,
     unused: Mapping[str, str] | None = None,
     expressions: Mapping[str, str] | None = None,
+    reserved: Sequence[str] = (),
 ) -> AggregationPlan:
     """Derive the plan for ``schema``; raise PlanError naming the offending column.
 
     ``unused`` maps columns to skip, unless configured as a key or an aggregate, to the
     reason (e.g. the timestamp column of windows that do not use event time).
     ``expressions`` maps output columns to user expressions (consumer/core/expressions.py).
+    ``reserved``: result columns the output adds besides ``RESERVED_NAMES``.
     """
     fields = {f.name: f for f in schema}
     if len(fields) != len(schema):
@@ -213,8 +215,9 @@ def derive_plan(
 
     # Configured keys keep their configured order; default keys follow the schema.
     final_keys = tuple(chosen_keys if chosen_keys is not None else key_list)
-    _check_reserved([*final_keys, *(a.name for a in aggregates)])
-    _check_expression_names(parsed, [*final_keys, *(a.name for a in aggregates)])
+    taken = [*final_keys, *(a.name for a in aggregates)]
+    _check_reserved(taken, reserved)
+    _check_expression_names(parsed, [*taken, *reserved])
     if not final_keys and not aggregates and not parsed:
         raise PlanError(
             "no column to group by or aggregate: the schema has no string, timestamp or "
@@ -370,9 +373,9 @@ def _check_func_fits(name: str, func: AggFunc, dtype: pa.DataType) -> None:
         )
 
 
-def _check_reserved(names: Sequence[str]) -> None:
+def _check_reserved(names: Sequence[str], reserved: Sequence[str]) -> None:
     for name in names:
-        if name in RESERVED_NAMES:
+        if name in RESERVED_NAMES or name in reserved:
             raise PlanError(
                 f"column {name!r} clashes with a result column of the same name; "
                 "rename it in the producer"

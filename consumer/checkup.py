@@ -92,15 +92,27 @@ def describe_windows(settings: Settings) -> str:
         return (f"{shape}, by processing time, {bounds}: a message's rows fall in the window "
                 "of the moment the daemon reads them, and a window closes when the clock "
                 "passes its end. No row is ever late.")
-    late = (f"sent to {output.late_topic}" if output.late_topic
-            else "counted and dropped (no output.late_topic)")
     return (f"{shape}, by event time from column {window.timestamp_column!r} (a timestamp, "
             f"or an integer read as epoch milliseconds), {bounds}. A window closes once the "
             "watermark passes its end: the oldest, over the input partitions, of the newest "
             f"event time read, less allowed_lateness_ms ({_duration(window.allowed_lateness_ms)}"
             f"). A partition with no message for idle_timeout_ms "
             f"({_duration(window.idle_timeout_ms)}) and no backlog stops holding it back. "
-            f"Rows for a window already closed are late: {late}.")
+            f"{_late_words(window, output.late_topic)}")
+
+
+def _late_words(window: WindowSettings, late_topic: str | None) -> str:
+    late = (f"sent to {late_topic}" if late_topic
+            else "counted and dropped (no output.late_topic)")
+    if window.late == "drop":
+        return "Rows for a window already closed are late: counted and dropped (late: drop)."
+    if window.late == "topic" or window.revision_lateness_ms is None:
+        return f"Rows for a window already closed are late: {late}."
+    return (f"A closed window is kept until the watermark is revision_lateness_ms "
+            f"({_duration(window.revision_lateness_ms)}) past its end: a late row within that "
+            "is merged into it, and at the next commit the groups it changed go out again "
+            "as the window's next revision (arrowagg.revision-kind: update). Later rows are "
+            f"late: {late}.")
 
 
 def _session_words(window: WindowSettings) -> tuple[str, str]:
@@ -157,11 +169,17 @@ def _window_warnings(settings: Settings,
 
 def _output_warnings(settings: Settings,
                      topics: Mapping[str, TopicState] | None) -> Iterator[str]:
-    output = settings.output
-    if output.late_topic is None and settings.window.kind != "count" and (
-            settings.window.time == "event"):
-        yield ("output.late_topic is not set: late rows are counted "
+    output, window = settings.output, settings.window
+    event_time = window.kind != "count" and window.time == "event"
+    if output.late_topic is None and event_time and window.late != "drop":
+        beyond = " later than window.revision_lateness_ms" if window.late == "revise" else ""
+        yield (f"output.late_topic is not set: late rows{beyond} are counted "
                "(arrowagg_late_rows_total) and dropped")
+    if window.late == "revise" and window.revision_lateness_ms is not None:
+        yield ("window.late is revise: the committed offsets stay at the input of the windows "
+               f"kept for revisions, so consumer lag shows up to "
+               f"{_duration(window.revision_lateness_ms)} of event time more and a restart "
+               "replays it; subscribers keep the latest revision of each (window, keys)")
     if output.dlq_topic is None:
         yield ("output.dlq_topic is not set: rejected messages are logged and dropped, and "
                "cannot be looked at later (tail --dlq)")

@@ -112,8 +112,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="only ask the broker to validate the creations")
     explain = commands.add_parser(
         "explain", help="print the aggregation plan for a schema",
-        description="Show keys, each column's aggregation and skipped columns. The schema "
-                    "comes from --sample, or else from the first message on the input topic.")
+        description="Show the windows in words, then keys, each column's aggregation (and "
+                    "which aggregates buffer the window's values, and why) and skipped "
+                    "columns. The schema comes from --sample, or else from the first message "
+                    "on the input topic.")
     _add_config(explain)
     explain.add_argument("--sample", type=Path,
                          help="an Arrow IPC stream/file or Parquet file with the input schema")
@@ -294,14 +296,16 @@ def _create_topics(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _explain(settings: Settings, sample: Path | None) -> int:
-    from consumer.compose import plan_for  # noqa: PLC0415 - keeps --help fast
+    from consumer.checkup import describe_windows  # noqa: PLC0415 - keeps --help fast
+    from consumer.compose import plan_for  # noqa: PLC0415
 
     schema = read_table(sample).schema if sample else _peek_schema(settings)
-    from consumer.checkup import describe_windows  # noqa: PLC0415
-
-    print(textwrap.fill("windows: " + describe_windows(settings), width=92,
+    plan = plan_for(settings, schema)
+    print("windows:")
+    print(textwrap.fill(describe_windows(settings), width=92, initial_indent="  ",
                         subsequent_indent="  "))
-    print(plan_for(settings, schema).describe())
+    print()
+    print(plan.describe())
     return EXIT_OK
 
 

@@ -12,13 +12,13 @@ from consumer.config import Settings, window_kind
 from consumer.core.budget import GroupBudget
 from consumer.core.decode import Decoder
 from consumer.core.dlq import DlqLimit
-from consumer.core.emit import Routes
+from consumer.core.emit import REVISION, Routes
 from consumer.core.engine.base import WindowEngine
 from consumer.core.engine.count import CountWindowEngine
 from consumer.core.engine.session import SessionWindowEngine
 from consumer.core.engine.time import TimeWindowEngine
 from consumer.core.pipeline import Pipeline, PollPipeline
-from consumer.core.plan import AggregationPlan, derive_plan
+from consumer.core.plan import AggregationPlan, Override, Quantile, derive_plan
 from consumer.core.sessions import SessionSpec
 from consumer.core.stage_one import PartialWindows
 from consumer.core.stage_two import StageTwo
@@ -50,7 +50,9 @@ def build_pipeline(settings: Settings) -> Pipeline:
     )
     routes = Routes(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
                     dlq_topic=output.dlq_topic, output_format=output.format,
-                    compression=output.compression, max_message_bytes=output.max_message_bytes)
+                    compression=output.compression, max_message_bytes=output.max_message_bytes,
+                    drop_late=settings.window.late == "drop",
+                    revision_column=settings.window.late == "revise")
     scale_out = settings.scale_out
     emitter = None if scale_out is None else PartialWindows(
         scale_out.repartition_topic, scale_out.partitions,
@@ -62,7 +64,8 @@ def build_pipeline(settings: Settings) -> Pipeline:
         dlq_limit=DlqLimit(max_invalid_ratio=limit.max_invalid_ratio,
                            window_messages=limit.window_messages,
                            max_consecutive_invalid=limit.max_consecutive_invalid),
-        budget=GroupBudget(inputs.max_groups, inputs.over_budget),
+        budget=GroupBudget(inputs.max_groups, inputs.over_budget,
+                           max_values=inputs.max_buffered_values),
         commit_interval_ms=settings.processing.commit_interval_ms,
         # Count windows number their windows: their frontier is no time to bound.
         max_future_ms=None if settings.window.kind == "count" else settings.window.max_future_ms,
@@ -76,7 +79,8 @@ def build_two_stages(settings: Settings, inputs: set[PartitionKey]) -> TwoStageP
     output = settings.output
     routes = Routes(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
                     output_format=output.format, compression=output.compression,
-                    max_message_bytes=output.max_message_bytes)
+                    max_message_bytes=output.max_message_bytes,
+                    drop_late=settings.window.late == "drop")
     stage_two = StageTwo(routes, partitions=settings.scale_out.partitions, inputs=inputs,
                          merge_every=settings.processing.merge_every_batches,
                          counters=stage_one.counters)
@@ -96,8 +100,13 @@ def plan_for(settings: Settings, schema: pa.Schema) -> AggregationPlan:
     unused = {} if event_time or column is None else {column: (
         f"window.timestamp_column, which {window_kind(window)} windows do not use (list "
         "it in aggregation.keys to group by it)")}
+    overrides: dict[str, Override] = {
+        name: func if isinstance(func, str) else Quantile(func.quantile)
+        for name, func in aggregation.columns.items()}
     return derive_plan(schema, time_column=column if event_time else None,
-                       keys=aggregation.keys, overrides=aggregation.columns, unused=unused)
+                       keys=aggregation.keys, overrides=overrides, unused=unused,
+                       expressions=aggregation.expressions,
+                       reserved=(REVISION,) if window.late == "revise" else ())
 
 
 def build_engine(settings: Settings, plan: AggregationPlan,
@@ -119,7 +128,8 @@ def build_engine(settings: Settings, plan: AggregationPlan,
         plan, WindowSpec(window.size_ms, window.step_ms or window.size_ms),
         event_time=window.time == "event", time_dtype=time_dtype,
         allowed_lateness_ms=window.allowed_lateness_ms, idle_timeout_ms=window.idle_timeout_ms,
-        merge_every=processing.merge_every_batches, partials=settings.scale_out is not None)
+        merge_every=processing.merge_every_batches, partials=settings.scale_out is not None,
+        revise_within_ms=window.revision_lateness_ms if window.late == "revise" else None)
 
 
 def build_processor(settings: Settings, observer: ProcessorObserver | None = None, *,

@@ -1,20 +1,29 @@
-"""Whole windows from output messages, for subscribers: each window once, complete.
+"""Whole windows from output messages, for subscribers: each window complete, and again
+each time a revision changes it.
 
 A window's results can arrive as several messages: chunks (``arrowagg.chunk: i/n``), early
-revisions (``final: false``) and, with the scale-out, one part per repartition partition
-(``arrowagg.part: k/n``), each part closed by an end-of-window marker that says how many
-result rows and messages it has. ``WindowAssembler`` collects them and hands out a
-window once all of it has arrived; ``consumer.kafka.tail.read_output(complete=True)``
-uses it.
+revisions (``final: false``, deltas) and, with the scale-out, one part per repartition
+partition (``arrowagg.part: k/n``), each part closed by an end-of-window marker that says
+how many result rows and messages it has. ``WindowAssembler`` collects them and hands out
+a window once all of it has arrived; ``consumer.kafka.tail.read_output(complete=True)``
+uses it. With ``window.late: revise`` a closed window can later get update revisions
+(``arrowagg.revision-kind: update``): once all chunks of one are in, its rows replace the
+rows of the same keys in the window's closing revision and the window is handed out
+again, whole, as of that revision: the latest supersedes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
 from wire.output import OutputWindow, WindowEnd
+
+# Windows whose results are kept to apply update revisions to; an update of an older
+# one is handed out as it is (its changed groups only, kind "update").
+MAX_KEPT_WINDOWS = 10_000
 
 
 @dataclass
@@ -25,13 +34,30 @@ class _Collected:
     parts: int | None = None  # n of "part k of n", once a part has said it
 
 
+@dataclass
+class _Whole:
+    """A window handed out: its delta revisions before the closing one (added up by the
+    subscriber), and the closing revision's rows, which updates replace by keys."""
+
+    window: OutputWindow
+    earlier: pl.DataFrame
+    earlier_rows: int
+    closing: pl.DataFrame
+
+
 class WindowAssembler:
-    def __init__(self) -> None:
+    def __init__(self, *, max_kept_windows: int = MAX_KEPT_WINDOWS) -> None:
         self._open: dict[int, _Collected] = {}
         self._done: set[int] = set()
+        self._kept: OrderedDict[int, _Whole] = OrderedDict()
+        self._max_kept = max_kept_windows
+        self._updates: dict[tuple[int, int], dict[int, OutputWindow]] = {}
 
     def add(self, message: OutputWindow | WindowEnd) -> OutputWindow | None:
-        """Take one decoded message; return its window when this message completes it."""
+        """Take one decoded message; return its window when this message completes it
+        (or completes an update revision of it)."""
+        if isinstance(message, OutputWindow) and message.kind == "update":
+            return self._update(message)
         if message.start_ms in self._done:
             return None  # a repeat (at-least-once output), or a part already counted
         collected = self._open.setdefault(message.start_ms, _Collected(message.end_ms))
@@ -47,7 +73,9 @@ class WindowAssembler:
             return None
         del self._open[message.start_ms]
         self._done.add(message.start_ms)
-        return _whole(message.start_ms, collected)
+        whole = _whole(message.start_ms, collected)
+        self._keep(whole)
+        return whole.window
 
     def _complete(self, collected: _Collected) -> bool:
         if collected.parts is not None:  # the scale-out: every part ended, none short
@@ -61,12 +89,53 @@ class WindowAssembler:
         revision, chunks = finals[0].revision, finals[0].chunk[1]
         return all((None, revision, i) in collected.data for i in range(1, chunks + 1))
 
+    def _keep(self, whole: _Whole) -> None:
+        start = whole.window.start_ms
+        self._kept[start] = whole
+        self._kept.move_to_end(start)
+        while len(self._kept) > self._max_kept:
+            self._kept.popitem(last=False)
+
+    def _update(self, message: OutputWindow) -> OutputWindow | None:
+        key = (message.start_ms, message.revision)
+        chunks = self._updates.setdefault(key, {})
+        chunks[message.chunk[0]] = message
+        if len(chunks) < message.chunk[1]:
+            return None
+        del self._updates[key]
+        rows = _frame_of([chunks[i] for i in sorted(chunks)]) if message.frame.width else \
+            message.frame
+        before = self._kept.get(message.start_ms)
+        if before is None:  # never seen whole here (or long ago): the update as it is
+            self._done.add(message.start_ms)
+            return replace(message, chunk=(1, 1), frame=rows)
+        if message.revision <= before.window.revision:
+            return None  # a repeat of an update already applied
+        closing = _replaced(before.closing, rows, message.keys or ())
+        frames = [f for f in (before.earlier, closing) if f.height]
+        whole = replace(before.window, revision=message.revision, chunk=(1, 1),
+                        window_rows=before.earlier_rows + message.window_rows,
+                        frame=pl.concat(frames, how="vertical_relaxed") if frames else closing)
+        self._keep(_Whole(whole, before.earlier, before.earlier_rows, closing))
+        return whole
+
     def pending(self) -> list[int]:
         """Starts of windows begun and not complete."""
         return sorted(self._open)
 
 
-def _whole(start_ms: int, collected: _Collected) -> OutputWindow:
+def _replaced(closing: pl.DataFrame, rows: pl.DataFrame, keys: tuple[str, ...],
+              ) -> pl.DataFrame:
+    """``closing`` with its rows of the keys in ``rows`` replaced by those rows."""
+    if closing.height == 0:
+        return rows
+    on = ["window_start", *keys]
+    kept = closing.join(rows.select(on), on=on, how="anti", nulls_equal=True,
+                        maintain_order="left")
+    return pl.concat([kept, rows], how="vertical_relaxed")
+
+
+def _whole(start_ms: int, collected: _Collected) -> _Whole:
     messages = [collected.data[key] for key in sorted(collected.data, key=_order)]
     frames = [m.frame for m in messages if m.frame.height]
     frame = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
@@ -74,9 +143,19 @@ def _whole(start_ms: int, collected: _Collected) -> OutputWindow:
         input_rows = sum(end.input_rows for end in collected.ends.values())
     else:
         input_rows = sum(m.window_rows for m in messages if m.chunk[0] == 1)
-    return OutputWindow(start_ms, collected.end_ms, final=True, revision=max(
-        (m.revision for m in messages), default=0), window_rows=input_rows, chunk=(1, 1),
-        frame=frame)
+    closing_revision = max((m.revision for m in messages), default=0)
+    closing = [m for m in messages if m.revision == closing_revision]
+    earlier = [m for m in messages if m.revision != closing_revision]
+    window = OutputWindow(start_ms, collected.end_ms, final=True, revision=closing_revision,
+                          window_rows=input_rows, chunk=(1, 1), frame=frame,
+                          kind="delta" if earlier else "full")
+    return _Whole(window, _frame_of(earlier), sum(m.window_rows for m in earlier
+                                                  if m.chunk[0] == 1), _frame_of(closing))
+
+
+def _frame_of(messages: list[OutputWindow]) -> pl.DataFrame:
+    frames = [m.frame for m in messages if m.frame.height]
+    return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
 
 
 def _order(key: tuple[int | None, int, int]) -> tuple[int, int, int]:

@@ -7,7 +7,8 @@ Written by the daemon's Emit step and read back by ``consumer tail`` and
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,6 +32,8 @@ HEADER_WINDOW_START = "arrowagg.window-start"
 HEADER_WINDOW_END = "arrowagg.window-end"
 HEADER_FINAL = "arrowagg.final"
 HEADER_REVISION = "arrowagg.revision"
+HEADER_REVISION_KIND = "arrowagg.revision-kind"
+HEADER_KEYS = "arrowagg.keys"  # on update revisions: the group-key columns, a JSON array
 HEADER_WINDOW_ROWS = "arrowagg.window-rows"
 # Scale-out only: which part of the window (one per repartition partition) a message is,
 # and the end-of-window marker each part ends with.
@@ -40,6 +43,13 @@ HEADER_PART_ROWS = "arrowagg.part-rows"
 HEADER_PART_MESSAGES = "arrowagg.part-messages"
 
 OutputFormat = Literal["arrow", "json"]
+# What a revision is to the ones before it: ``full``, the window's whole results;
+# ``delta``, the rows since the previous revision, to be added per group (the memory
+# budget emitted the window early); ``update``, the groups late rows changed
+# (window.late: revise), each row replacing the row of the same keys in the window's
+# closing revision (the one with arrowagg.final: true and kind full or delta).
+RevisionKind = Literal["full", "delta", "update"]
+REVISION_KINDS: tuple[RevisionKind, ...] = ("full", "delta", "update")
 
 
 class OutputFormatError(ArrowaggError):
@@ -65,6 +75,8 @@ class OutputWindow:
     chunk: tuple[int, int]
     frame: pl.DataFrame
     part: tuple[int, int] | None = None  # (k, n): scale-out's part k of n, 1-based
+    kind: RevisionKind = "full"
+    keys: tuple[str, ...] | None = None  # the group-key columns (update revisions)
 
 
 @dataclass(frozen=True)
@@ -83,11 +95,13 @@ class WindowEnd:
 def encode_window(
     frame: pl.DataFrame, *, start_ms: int, end_ms: int, input_rows: int, fmt: OutputFormat,
     compression: Compression, max_bytes: int, revision: int = 0, final: bool = True,
-    part: tuple[int, int] | None = None,
+    part: tuple[int, int] | None = None, kind: RevisionKind = "full",
+    keys: Sequence[str] | None = None,
 ) -> list[OutputMessage]:
     """Encode one window's result ``frame`` (window_start, window_end, keys, aggregates,
     row_count) into one or more messages of at most ``max_bytes``; ``input_rows`` is the
-    number of input rows it aggregates."""
+    number of input rows it aggregates. ``keys``: the group-key columns, said in a header
+    (update revisions need them to be applied)."""
     if fmt == "arrow":
         # One chunk: a streaming group_by leaves a result in many, and each chunk of a
         # categorical column would carry (and compress) a dictionary of its own.
@@ -103,8 +117,11 @@ def encode_window(
         (HEADER_WINDOW_END, str(end_ms).encode()),
         (HEADER_FINAL, b"true" if final else b"false"),
         (HEADER_REVISION, str(revision).encode()),
+        (HEADER_REVISION_KIND, kind.encode()),
         (HEADER_WINDOW_ROWS, str(input_rows).encode()),
     ]
+    if keys is not None:
+        base.append((HEADER_KEYS, json.dumps(list(keys)).encode()))  # ASCII: \u escapes
     if part is not None:
         base.append((HEADER_PART, f"{part[0]}/{part[1]}".encode()))
     key = str(start_ms).encode()
@@ -189,6 +206,7 @@ def decode_output(value: bytes | None, headers: Headers) -> OutputWindow:
         raise OutputFormatError(f"no {err.args[0]} header") from err
     except ValueError as err:
         raise OutputFormatError(f"a header that is not a number ({err})") from err
+    kind, keys = _revision_kind(found, final=meta[0], revision=meta[1])
     try:
         if found.get(HEADER_CONTENT_TYPE) == CONTENT_TYPE_JSON:
             frame = pl.read_ndjson(io.BytesIO(value or b""))
@@ -198,4 +216,26 @@ def decode_output(value: bytes | None, headers: Headers) -> OutputWindow:
     except (WireFormatError, pl.exceptions.PolarsError) as err:
         detail = " ".join(str(err).split())[:200]
         raise OutputFormatError(f"its value is not a window's results: {detail}") from err
-    return OutputWindow(start, end, *meta, frame=frame, part=part)
+    return OutputWindow(start, end, *meta, frame=frame, part=part, kind=kind, keys=keys)
+
+
+def _revision_kind(found: Mapping[str, str], *, final: bool, revision: int,
+                   ) -> tuple[RevisionKind, tuple[str, ...] | None]:
+    """The kind header (before it existed: full for a first final, else a delta) and the
+    key columns an update names."""
+    text = found.get(HEADER_REVISION_KIND)
+    if text is None:
+        return ("full" if final and revision == 0 else "delta"), None
+    kind = next((k for k in REVISION_KINDS if k == text), None)
+    if kind is None:
+        raise OutputFormatError(f"unknown {HEADER_REVISION_KIND} {text!r}")
+    if kind != "update":
+        return kind, None
+    try:
+        keys = json.loads(found[HEADER_KEYS])
+    except (KeyError, ValueError) as err:
+        raise OutputFormatError(f"an update revision without a valid {HEADER_KEYS} "
+                                "header") from err
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise OutputFormatError(f"{HEADER_KEYS} must be a JSON array of column names")
+    return kind, tuple(keys)

@@ -17,6 +17,7 @@ from consumer.config.models import (
     Settings,
     WindowSettings,
 )
+from consumer.core.plan import HOLISTIC
 
 
 def window_kind(window: WindowSettings) -> str:
@@ -40,7 +41,26 @@ def _window_key_owners(window: WindowSettings) -> dict[str, tuple[str, bool]]:
         "count_rows": ("count windows", not timed),
         "gap_ms": ("session windows", window.kind == "session"),
         "max_session_ms": ("session windows", window.kind == "session"),
+        "late": ("event-time windows (no other has late rows)", event),
+        "revision_lateness_ms": ("event-time windows", event),
     }
+
+
+# The commit metadata carries the revision number of each window kept for revisions
+# (consumer/core/offsets.py, Retention), and Kafka keeps at most 4096 bytes of it
+# (offset.metadata.max.bytes): ~20 bytes a window.
+MAX_KEPT_WINDOWS = 150
+
+
+def _revision_problems(window: WindowSettings) -> Iterator[Problem]:
+    if window.revision_lateness_ms is None or window.size_ms is None:
+        return
+    kept = window.revision_lateness_ms // (window.step_ms or window.size_ms) + 1
+    if kept > MAX_KEPT_WINDOWS:
+        yield (("window", "revision_lateness_ms"),
+               (f"keeps up to {kept} emitted windows for revisions (revision_lateness_ms / "
+                f"step); at most {MAX_KEPT_WINDOWS} fit the commit metadata that numbers "
+                "their revisions: shorten it or lengthen the windows"))
 
 
 def _window_key_problems(window: WindowSettings) -> Iterator[Problem]:
@@ -74,9 +94,35 @@ def _topic_problems(settings: Settings) -> Iterator[Problem]:
         elif topic == output.topic:
             yield (("output", key), (f"{topic!r} is the output topic: subscribers would read "
                    f"{what} as windows; give them a topic of their own"))
+    if output.late_topic is not None and settings.window.late == "drop":
+        yield (("output", "late_topic"), ("window.late is drop: late rows are counted and "
+               "dropped, never written; remove output.late_topic (or set window.late: "
+               "topic)"))
     if output.late_topic is not None and output.late_topic == output.dlq_topic:
         yield (("output", "dlq_topic"), (f"{output.dlq_topic!r} is also output.late_topic; "
                "late rows and dead letters need a topic each"))
+
+
+def _buffered_aggregates(settings: Settings) -> str:
+    """The configured aggregates that need a window's values, by name ("" if none)."""
+    aggregation = settings.aggregation
+    buffered = sorted(name for name, func in aggregation.columns.items()
+                      if not isinstance(func, str) or func in HOLISTIC)
+    return ", ".join([*buffered, *aggregation.expressions])
+
+
+def _session_problems(settings: Settings) -> Iterator[Problem]:
+    """Session windows merge partial states when sessions meet; what cannot merge, or
+    would reopen an emitted session, is not built for them yet."""
+    if settings.window.kind != "session":
+        return
+    if settings.window.late == "revise":
+        yield (("window", "late"), ("session windows do not revise emitted sessions yet "
+               "(a late row can bridge two of them); use topic or drop"))
+    if named := _buffered_aggregates(settings):
+        yield (("aggregation",), (f"session windows take only aggregates that merge (sum, "
+               f"min, max, count, mean, first, last) for now; {named} need the session's "
+               "values"))
 
 
 def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
@@ -89,6 +135,14 @@ def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
     if settings.window.kind == "session":
         yield (("scale_out",), ("session windows run on one instance per consumer group for "
                "now: stage 2 does not merge partial sessions yet"))
+    if settings.window.late == "revise":
+        yield (("scale_out",), ("cannot revise emitted windows (window.late: revise): stage "
+               "2 keeps no state of the windows it has emitted; use window.late: topic or "
+               "drop with scale_out"))
+    if named := _buffered_aggregates(settings):
+        yield (("scale_out",), (f"cannot carry aggregates that need the window's values "
+               f"({named}: median, quantile, n_unique and expressions): stage 2 merges "
+               "partial results only; remove them or the scale_out section"))
     output = settings.output
     if scale_out.repartition_topic in {*settings.input.topics, output.topic,
                                        output.late_topic, output.dlq_topic}:
@@ -152,7 +206,8 @@ class _Collected(logging.Handler):
 
 def cross_key_problems(settings: Settings) -> list[Problem]:
     """What the one-key-at-a-time validation cannot see."""
-    return [*_window_key_problems(settings.window), *_topic_problems(settings),
+    return [*_window_key_problems(settings.window), *_revision_problems(settings.window),
+            *_topic_problems(settings), *_session_problems(settings),
             *_scale_out_problems(settings), *_librdkafka_problems(settings.kafka)]
 
 

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from consumer.core.expressions import ExpressionError, parse_expression
 from consumer.core.plan import AggFunc
 from wire.errors import UsageError
 
@@ -127,6 +128,10 @@ class InputSettings(_Section):
     # (consumer/core/budget.py).
     max_groups: PositiveInt = 5_000_000
     over_budget: Literal["pause", "emit_early"] = "pause"
+    # The same budget for the values held by aggregates that do not decompose (median,
+    # quantile, n_unique, expressions): rows times the columns they read, about 8 bytes
+    # each plus the group keys of each row (consumer/core/holistic.py).
+    max_buffered_values: PositiveInt = 50_000_000
 
 
 class DlqLimitSettings(_Section):
@@ -164,9 +169,18 @@ class WindowSettings(_Section):
     # max_session_ms, sessions are cut at its multiples since the epoch.
     gap_ms: PositiveInt | None = None
     max_session_ms: PositiveInt | None = None
+    # A row for a window already emitted (event time): "topic" writes it to
+    # output.late_topic (or counts it when none is set); "revise" merges it into the
+    # window, kept until the watermark passes its end + revision_lateness_ms, and emits the
+    # changed groups as the window's next revision (rows later than that: as "topic");
+    # "drop" counts it. docs/wire-format.md, "Revisions".
+    late: Literal["topic", "revise", "drop"] = "topic"
+    revision_lateness_ms: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        if (self.late == "revise") != (self.revision_lateness_ms is not None):
+            raise ValueError("late: revise needs revision_lateness_ms, which only it takes")
         if self.kind == "count":
             if self.count_batches is None and self.count_rows is None:
                 raise ValueError("count windows need count_batches or count_rows")
@@ -192,9 +206,32 @@ class WindowSettings(_Section):
         return self
 
 
+class QuantileSetting(_Section):
+    """``{quantile: q}``: the q-quantile, interpolated linearly (SQL's quantile_cont)."""
+
+    quantile: float = Field(ge=0, le=1)
+
+
 class AggregationSettings(_Section):
     keys: list[str] | None = None
-    columns: dict[str, AggFunc] = Field(default_factory=dict)
+    columns: dict[str, AggFunc | QuantileSetting] = Field(default_factory=dict)
+    # Output column -> an aggregate written as a Polars expression over each (window, keys)
+    # group's rows, e.g. "pl.col('latency').quantile(0.99)"; parsed, never run as Python
+    # (consumer/core/expressions.py).
+    expressions: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _parsed(self) -> Self:
+        for name, func in self.columns.items():
+            if func == "quantile":
+                raise ValueError(f"columns.{name}: a quantile needs its q, e.g. "
+                                 f"{{{name}: {{quantile: 0.99}}}}")
+        for name, text in self.expressions.items():
+            try:
+                parse_expression(text)
+            except ExpressionError as err:
+                raise ValueError(f"expressions.{name}: {err}") from None
+        return self
 
 
 class ProcessingSettings(_Section):

@@ -1,5 +1,8 @@
 """Incremental aggregation: partial states per batch, merged, then finalized.
 
+Only the aggregates that decompose are here; those that need the window's values
+(``median``, ``quantile``, ``n_unique``, user expressions) are consumer/core/holistic.py's.
+
 Each batch is pre-aggregated into a small state frame; states merge associatively, so a
 window's result does not depend on how its rows were split into batches. The semantics
 are SQL's (DuckDB, DataFusion): aggregates ignore nulls, the sum or mean of no non-null
@@ -43,7 +46,7 @@ _COUNTS: tuple[_Part, ...] = ("n", "count")
 
 # Which state parts each function keeps; sum and mean also count non-null inputs so an
 # all-null group finalizes to null rather than Polars' 0.
-_PARTS: dict[AggFunc, tuple[_Part, ...]] = {
+_PARTS: dict[AggFunc, tuple[_Part, ...]] = {  # the decomposable functions
     "sum": ("sum", "n"),
     "mean": ("sum", "n"),
     "min": ("min",),
@@ -70,9 +73,10 @@ class PartialAggregator:
         self._group_by = tuple(group_by)
         _check_names(self._group_by, plan)
         prefix = _state_prefix(self._group_by)
+        self._decomposable = [agg for agg in plan.aggregates if not agg.holistic]
         self._parts = [
             [_StatePart(agg.name, part, f"{prefix}{i}_{part}") for part in _PARTS[agg.func]]
-            for i, agg in enumerate(plan.aggregates)
+            for i, agg in enumerate(self._decomposable)
         ]
         # Count parts (a sum's or mean's ``n``, a ``count``) are stored only once their
         # column has had a null: until then each equals ``__rows`` and is taken from it.
@@ -93,6 +97,10 @@ class PartialAggregator:
     @property
     def group_by(self) -> tuple[str, ...]:
         return self._group_by
+
+    @property
+    def plan(self) -> AggregationPlan:
+        return self._plan
 
     @property
     def state_schema(self) -> pl.Schema:
@@ -200,11 +208,11 @@ class PartialAggregator:
         return state.lazy().with_columns(missing).select(self._state_columns())
 
     def finalize(self, state: pl.DataFrame) -> pl.DataFrame:
-        """The result: group_by columns, each aggregate under its input name (in plan
-        order), then ``row_count`` (Int64)."""
+        """The result: group_by columns, each decomposable aggregate under its input name
+        (in plan order), then ``row_count`` (Int64)."""
         results = [
             _finalize_expr(agg.func, parts, state.columns).alias(agg.name)
-            for agg, parts in zip(self._plan.aggregates, self._parts, strict=True)
+            for agg, parts in zip(self._decomposable, self._parts, strict=True)
         ]
         return state.select(
             *self._keys.decoded(), *results, pl.col(ROWS).cast(pl.Int64).alias(ROW_COUNT)
@@ -300,7 +308,8 @@ def _sum_dtype(column: str, dtype: pl.DataType) -> pl.DataType:
 
 
 def _check_names(group_by: tuple[str, ...], plan: AggregationPlan) -> None:
-    outputs = [*group_by, *(agg.name for agg in plan.aggregates), ROW_COUNT]
+    outputs = [*group_by, *(agg.name for agg in plan.aggregates),
+               *(e.name for e in plan.expressions), ROW_COUNT]
     duplicates = sorted({name for name in outputs if outputs.count(name) > 1})
     if duplicates:
         raise ValueError(f"columns {duplicates} would appear twice in the result")

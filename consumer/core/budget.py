@@ -4,9 +4,11 @@ Window state grows with the distinct (window, keys) groups of the open windows. 
 time a partition far ahead of the watermark fills windows that cannot close until the
 slowest partition catches up, so the state grows with the lead. ``input.max_groups`` is
 the hard bound: reached, the open windows are emitted as non-final revisions and start
-afresh (``emit_early``). With ``over_budget: pause`` (the default) the partitions ahead
-of the watermark are paused first, at ``PAUSE_AT`` of the budget, so the slow ones can
-catch up and close windows; they resume below ``RESUME_BELOW``. Pure: the run loop
+afresh (``emit_early``). ``input.max_buffered_values`` bounds the values held for
+aggregates that do not decompose (consumer/core/holistic.py) the same way, and the
+larger share of the two decides. With ``over_budget: pause`` (the default) the partitions
+ahead of the watermark are paused first, at ``PAUSE_AT`` of the budget, so the slow ones
+can catch up and close windows; they resume below ``RESUME_BELOW``. Pure: the run loop
 applies the decisions to the consumer.
 """
 
@@ -31,8 +33,11 @@ class BudgetDecision:
 
 
 class GroupBudget:
-    def __init__(self, max_groups: int, policy: OverBudget) -> None:
+    def __init__(self, max_groups: int, policy: OverBudget, *,
+                 max_values: int | None = None) -> None:
+        """``max_values``: the bound on buffered values (None: none)."""
         self._max_groups = max_groups
+        self._max_values = max_values
         self._policy = policy
         self.paused: set[PartitionKey] = set()
 
@@ -40,19 +45,29 @@ class GroupBudget:
     def max_groups(self) -> int:
         return self._max_groups
 
-    def check(self, groups: int, ahead: Iterable[PartitionKey]) -> BudgetDecision:
-        """``groups`` held now; ``ahead``: partitions ahead of the watermark."""
-        if groups >= self._max_groups:
+    def check(self, groups: int, ahead: Iterable[PartitionKey], *,
+              values: int = 0) -> BudgetDecision:
+        """``groups`` and buffered ``values`` held now; ``ahead``: partitions ahead of the
+        watermark."""
+        used = self.used(groups, values)
+        if used >= 1:
             return BudgetDecision(emit_early=True)
-        if self.paused and groups < RESUME_BELOW * self._max_groups:
+        if self.paused and used < RESUME_BELOW:
             resume = sorted(self.paused)
             self.paused.clear()
             return BudgetDecision(resume=resume)
-        if self._policy == "pause" and groups >= PAUSE_AT * self._max_groups:
+        if self._policy == "pause" and used >= PAUSE_AT:
             pause = sorted(p for p in ahead if p not in self.paused)
             self.paused.update(pause)
             return BudgetDecision(pause=pause)
         return BudgetDecision()
+
+    def used(self, groups: int, values: int = 0) -> float:
+        """The share of the budget in use: the larger of groups and values."""
+        share = groups / self._max_groups
+        if self._max_values is not None:
+            share = max(share, values / self._max_values)
+        return share
 
     def forget(self, partitions: Iterable[PartitionKey]) -> None:
         """Revoked or lost: no longer ours to resume."""

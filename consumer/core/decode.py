@@ -77,9 +77,9 @@ class Decoder:
             plan = self._make_plan(schema)
         except PlanError as err:
             raise RejectedMessageError("schema-mismatch", str(err)) from err
-        columns = [*plan.keys, *([plan.time_column] if plan.time_column else []),
-                   *dict.fromkeys(a.name for a in plan.aggregates)]
-        aggregated = {a.name for a in plan.aggregates}
+        columns = plan.input_columns
+        aggregated = {a.name for a in plan.aggregates} | (
+            set(plan.buffered_columns) - {*plan.keys, plan.time_column})
         conformed = pa.schema([
             _widened(schema.field(name)) if name in aggregated else schema.field(name)
             for name in columns

@@ -10,10 +10,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import polars as pl
+
 from consumer.core.plan import AggregationPlan
 from consumer.core.types import ClosedWindow, OutputRecord, PartitionKey
 from wire.input import Compression
 from wire.output import OutputFormat, encode_window
+
+# The result column saying which revision of its window a row is from (window.late:
+# revise), after row_count.
+REVISION = "revision"
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,8 @@ class Routes:
     output_format: OutputFormat = "arrow"
     compression: Compression = "zstd"
     max_message_bytes: int = 1_000_000
+    drop_late: bool = False  # late rows are counted only (window.late: drop)
+    revision_column: bool = False  # results carry their revision (window.late: revise)
 
 
 class WindowEmitter(Protocol):
@@ -47,14 +55,18 @@ class FinalWindows:
     def __init__(self, routes: Routes) -> None:
         self._routes = routes
 
-    def window_records(self, window: ClosedWindow, plan: AggregationPlan,  # noqa: ARG002
+    def window_records(self, window: ClosedWindow, plan: AggregationPlan,
                        ) -> list[OutputRecord]:
         routes = self._routes
+        frame = window.frame
+        if routes.revision_column:
+            frame = frame.with_columns(pl.lit(window.revision, pl.Int64).alias(REVISION))
         messages = encode_window(
-            window.frame, start_ms=window.start_ms, end_ms=window.end_ms,
+            frame, start_ms=window.start_ms, end_ms=window.end_ms,
             input_rows=window.input_rows, fmt=routes.output_format,
             compression=routes.compression, max_bytes=routes.max_message_bytes,
-            revision=window.revision, final=window.final)
+            revision=window.revision, final=window.final, kind=window.kind,
+            keys=plan.keys if window.kind == "update" else None)
         return [OutputRecord(routes.output_topic, m.key, m.value, m.headers) for m in messages]
 
     def progress_records(self, frontiers: Mapping[PartitionKey, tuple[int | None, bool]],  # noqa: ARG002

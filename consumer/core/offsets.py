@@ -14,25 +14,63 @@ are closed beyond what the frontier tells (``closed``; docs/design.md, "Session 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from consumer.core.types import NO_WINDOW, PartitionKey
 
 
 @dataclass(frozen=True)
+class Retention:
+    """With ``window.late: revise``: the emitted windows kept for revisions.
+
+    ``through``: this partition's rows of windows ending at or before it are in no kept
+    state (their revisions are over); those of later emitted windows, up to the frontier,
+    are, and the commit offset stays at the first message holding such rows, so a replay
+    rebuilds the kept state. ``owners``: a fingerprint of the partitions whose rows built
+    the kept windows (the assignment when this was committed): only an instance that owns
+    exactly those partitions again can rebuild them. ``revisions``: (window start, last
+    revision emitted) of the kept windows past revision 0, so numbering survives a restart.
+    """
+
+    through: int | None
+    owners: str
+    revisions: tuple[tuple[int, int], ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        return {"through": self.through, "owners": self.owners,
+                "revisions": [list(pair) for pair in self.revisions]}
+
+    @classmethod
+    def from_json(cls, data: object) -> Retention | None:
+        """None when absent or malformed: then nothing is kept (the safe reading)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            pairs = tuple((int(s), int(n)) for s, n in data.get("revisions", []))
+            return cls(_opt_int(data["through"]), str(data["owners"]), pairs)
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
 class CommitMetadata:
-    """Session windows only (empty for the others): ``closed`` lists (key hash, time)
-    pairs: rows of those keys before that time were emitted or sent to the late topic,
-    rows at or after it are in open sessions; ``waiting`` is the first offset whose rows
-    were consumed but not yet taken into any session (they waited for a replay to end)."""
+    """Where a partition's commit stands. Session windows only (empty for the others):
+    ``closed`` lists (key hash, time) pairs: rows of those keys before that time were
+    emitted or sent to the late topic, rows at or after it are in open sessions;
+    ``waiting`` is the first offset whose rows were consumed but not yet taken into any
+    session (they waited for a replay to end). ``window.late: revise`` only:
+    ``retention``, the emitted windows kept for revisions."""
 
     frontier: int | None
     position: int
     max_event_ms: int | None
     closed: tuple[tuple[int, int], ...] = ()
     waiting: int | None = None
+    retention: Retention | None = None
 
     def encode(self) -> str:
         data: dict[str, object] = {"v": 1, "frontier": self.frontier, "position": self.position,
@@ -41,6 +79,8 @@ class CommitMetadata:
             data["closed"] = [list(pair) for pair in self.closed]
         if self.waiting is not None:
             data["waiting"] = self.waiting
+        if self.retention is not None:
+            data["retained"] = self.retention.as_json()
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -54,9 +94,16 @@ class CommitMetadata:
                 return None
             closed = tuple((int(h), int(t)) for h, t in data.get("closed", ()))
             return cls(_opt_int(data["frontier"]), int(data["position"]),
-                       _opt_int(data["max_event_ms"]), closed, _opt_int(data.get("waiting")))
+                       _opt_int(data["max_event_ms"]), closed, _opt_int(data.get("waiting")),
+                       Retention.from_json(data.get("retained")))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return None
+
+
+def owners_fingerprint(partitions: Iterable[PartitionKey]) -> str:
+    """A short, stable name for a set of partitions (``Retention.owners``)."""
+    text = "\n".join(sorted(f"{topic}\t{partition}" for topic, partition in partitions))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _opt_int(value: object) -> int | None:
@@ -102,21 +149,26 @@ class OffsetTracker:
         self._reached[partition] = max(self._reached.get(partition, 0), offset + 1)
 
     def commit_point(self, partition: PartitionKey, frontier: int | None,
-                     max_event_ms: int | None) -> CommitPoint | None:
+                     max_event_ms: int | None, *,
+                     retention: Retention | None = None) -> CommitPoint | None:
         """The offset to commit for ``partition`` once its rows in windows ending at or
-        before ``frontier`` are emitted; None when nothing was consumed or committed."""
+        before ``frontier`` are emitted; None when nothing was consumed or committed.
+        With ``retention``, messages are done only once their windows end at or before
+        ``retention.through`` (the kept windows' rows are replayed after a restart)."""
         queue = self._pending.get(partition)
         next_offset = self._next.get(partition)
         if queue is None or next_offset is None:
             return None
-        done_through = NO_WINDOW if frontier is None else frontier
+        through = frontier if retention is None else retention.through
+        done_through = NO_WINDOW if through is None else through
         while queue and queue[0][1] <= done_through:
             queue.popleft()
         offset = queue[0][0] if queue else next_offset
         # A replay that commits before it catches up must keep the earlier reach, or
         # a second crash would mistake already-emitted rows for new late ones.
         reached = max(self._reached[partition], next_offset)
-        return CommitPoint(offset, CommitMetadata(frontier, reached, max_event_ms))
+        return CommitPoint(offset, CommitMetadata(frontier, reached, max_event_ms,
+                                                  retention=retention))
 
     def mark_all_done(self) -> None:
         """Every message consumed so far is in emitted output (an early emission)."""

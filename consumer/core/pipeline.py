@@ -157,6 +157,7 @@ class Pipeline:
         self._engine: WindowEngine = UnplannedEngine(idle_timeout_ms=idle_timeout_ms)
         self._assigned: dict[PartitionKey, _Assignment] = {}
         self._pending: list[OutputRecord] = []  # built, not yet committed
+        self._held: list[ClosedWindow] = []  # their records are pending; commits held back
         self._last_commit_ms: int | None = None
         self.counters = Counters()
 
@@ -183,6 +184,7 @@ class Pipeline:
         resume (paused for a state that is gone).
         """
         self._pending.clear()
+        self._held.clear()
         released = self._budget.release_all()
         self._engine = UnplannedEngine(idle_timeout_ms=self._idle_timeout_ms)
         targets: dict[PartitionKey, int | None] = {}
@@ -302,7 +304,9 @@ class Pipeline:
 
     def _late(self, late: pl.DataFrame, refs: Sequence[MessageRef]) -> int:
         self.counters.late_rows += late.height
-        if topic := self._routes.late_topic:
+        if self._routes.drop_late:
+            log.debug("%d late rows dropped (window.late: drop)", late.height)
+        elif topic := self._routes.late_topic:
             routes = self._routes
             self._pending += late_records(late, refs, topic=topic, compression=routes.compression,
                                           max_bytes=routes.max_message_bytes)
@@ -323,7 +327,13 @@ class Pipeline:
         for window in closed:
             assert plan is not None  # noqa: S101 - windows exist only once a plan does
             self._pending += self._emitter.window_records(window, plan)
+        closed = self._held + closed
         offsets = self._engine.commit_points()
+        if offsets is None:  # output held back (revisions wait for a replay): no commit
+            self._held = closed
+            return Flush(commit=False, records=[], offsets={}, windows=[], pause=pause,
+                         resume=resume)
+        self._held = []
         if self._last_commit_ms is None:
             self._last_commit_ms = now_ms  # the interval counts from the first turn
         interval_due = now_ms - self._last_commit_ms >= self._commit_interval_ms
@@ -347,17 +357,19 @@ class Pipeline:
     def _keep_to_budget(self, now_ms: int,
                         ) -> tuple[list[PartitionKey], list[PartitionKey], list[ClosedWindow]]:
         """Pause partitions that run ahead, resume them, or emit early (budget.py)."""
-        groups = self._engine.cardinality()
-        decision = self._budget.check(groups, self._engine.ahead_of_watermark(now_ms))
+        groups, values = self._engine.cardinality(), self._engine.buffered_values()
+        decision = self._budget.check(groups, self._engine.ahead_of_watermark(now_ms),
+                                      values=values)
+        held = f"{groups} groups and {values} buffered values held"
         if decision.pause:
-            log.warning("%d groups held: pausing %s, ahead of the watermark, until windows "
-                        "close", groups, partition_names(decision.pause))
+            log.warning("%s: pausing %s, ahead of the watermark, until windows close",
+                        held, partition_names(decision.pause))
         if decision.resume:
-            log.info("%d groups held: resuming %s", groups, partition_names(decision.resume))
+            log.info("%s: resuming %s", held, partition_names(decision.resume))
         if not decision.emit_early:
             return decision.pause, decision.resume, []
-        log.warning("%d groups held (input.max_groups = %d): emitting open windows early",
-                    groups, self._budget.max_groups)
+        log.warning("%s (input.max_groups, input.max_buffered_values): emitting open windows "
+                    "early", held)
         return decision.pause, decision.resume, self._engine.emit_early(now_ms)
 
     # -- state ---------------------------------------------------------------------------

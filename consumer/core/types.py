@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from wire.output import RevisionKind
+
 PartitionKey = tuple[str, int]
 # Kafka headers as confluent-kafka's Message.headers() gives them.
 HeaderPairs = Sequence[tuple[str, str | bytes | None]]
@@ -48,8 +50,8 @@ class MessageRef:
 @dataclass(frozen=True)
 class ClosedWindow:
     """One window's result: ``frame`` has window_start, window_end, keys, aggregates,
-    row_count. ``final`` is False for an early revision (the memory budget was reached):
-    each revision covers the rows since the previous one."""
+    row_count. ``final`` is False for an early revision (the memory budget was reached);
+    ``kind`` says how a revision relates to the ones before (``RevisionKind``)."""
 
     start_ms: int
     end_ms: int
@@ -57,6 +59,7 @@ class ClosedWindow:
     input_rows: int
     final: bool = True
     revision: int = 0
+    kind: RevisionKind = "full"
 
 
 @dataclass(frozen=True)

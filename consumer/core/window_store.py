@@ -9,6 +9,9 @@ O(groups) each time for no gain. They are merged sooner once two or more of them
 more rows than the state (and at least ``_MERGE_FROM_PENDING_ROWS``): at high
 cardinality each partial is nearly as large as its batch (often not grouped at all), and
 eight of them held ~6x the state's memory (1M groups: 1.5 GB peak RSS).
+
+A plan with aggregates that do not decompose also keeps, per window, the rows of the
+columns they read (consumer/core/holistic.py); they are aggregated once, at close.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
+from consumer.core.holistic import ValueBuffer
 from consumer.core.types import ROW_COUNT, ROWS, WINDOW_END, WINDOW_START, ClosedWindow
 
 # Below this many pending rows the merge cadence alone decides (a merge has a fixed cost).
@@ -42,6 +46,7 @@ class _Window:
     end: int
     state: _Part | None = None
     pending: list[_Part] = field(default_factory=list)
+    values: list[pl.DataFrame] = field(default_factory=list)  # buffered rows, if any
 
     def parts(self) -> list[_Part]:
         """In arrival order (first/last depend on it)."""
@@ -60,22 +65,39 @@ class WindowStore:
         self._merge_every = merge_every
         self._finalize = finalize
         self._windows: dict[int, _Window] = {}  # by start
+        self._values = ValueBuffer.for_plan(aggregator.plan, aggregator.group_by)
+        if self._values is not None and not finalize:
+            raise ValueError("buffered aggregates (median, quantile, n_unique, expressions) "
+                             "have no partial state to hand on")
 
     def add(self, partial: pl.DataFrame, ends: dict[int, int], *,
-            grouped: bool | None = None) -> None:
+            grouped: bool | None = None, rows: pl.LazyFrame | None = None,
+            values: dict[int, list[pl.DataFrame]] | None = None) -> None:
         """Add a partial state; ``ends`` maps each window start it holds to its end.
         ``grouped`` (each group at most once): by default, whether the aggregator's last
-        partial() grouped its batch, for the state it has just returned."""
+        partial() grouped its batch, for the state it has just returned. When the plan
+        buffers values: ``rows``, the batch the partial came from, or ``values``, the
+        buffered rows themselves by window (as ``take`` gives them)."""
         if partial.height == 0:
             return
         if grouped is None:
             grouped = self._aggregator.last_partial_grouped
+        buffered = values if values is not None else self._buffered(rows, ends)
         for start, frame in _by_window(partial, ends):
             window = self._windows.setdefault(start, _Window(ends[start]))
             window.pending.append(_Part(frame, grouped))
+            window.values += buffered.get(start, [])
             if self._merge_due(window):
                 window.state = _merged(self._aggregator, window.parts())
                 window.pending = []
+
+    def _buffered(self, rows: pl.LazyFrame | None, ends: dict[int, int],
+                  ) -> dict[int, list[pl.DataFrame]]:
+        if self._values is None:
+            return {}
+        if rows is None:
+            raise ValueError("this plan buffers values: add() needs the batch's rows")
+        return {start: [frame] for start, frame in _by_window(self._values.take(rows), ends)}
 
     def _merge_due(self, window: _Window) -> bool:
         if len(window.pending) >= self._merge_every:
@@ -93,32 +115,64 @@ class WindowStore:
         """Groups held across open windows (an upper bound until pending partials merge)."""
         return sum(window.rows() for window in self._windows.values())
 
+    def buffered_values(self) -> int:
+        """Values buffered for aggregates that do not decompose (0: none do)."""
+        if self._values is None:
+            return 0
+        return self._values.count([v for w in self._windows.values() for v in w.values])
+
     def pop_closed(self, frontier_ms: int | None) -> list[ClosedWindow]:
         """Remove and return every window whose end is at or below ``frontier_ms``."""
-        if frontier_ms is None:
-            return []
-        due = sorted(start for start, w in self._windows.items() if w.end <= frontier_ms)
-        return self._pop(due)
+        return self.results(self.take_closed(frontier_ms))
 
     def pop_all(self) -> list[ClosedWindow]:
-        return self._pop(sorted(self._windows))
+        return self.results(self.take(sorted(self._windows)))
 
-    def discard(self) -> None:
-        """Forget every open window (after an aborted transaction or a revoke)."""
-        self._windows.clear()
+    def take_closed(self, frontier_ms: int | None) -> Taken:
+        """Remove every window whose end is at or below ``frontier_ms``; their state."""
+        if frontier_ms is None:
+            return self.take([])
+        return self.take(sorted(s for s, w in self._windows.items() if w.end <= frontier_ms))
 
-    def _pop(self, starts: list[int]) -> list[ClosedWindow]:
-        if not starts:
-            return []
+    def take(self, starts: list[int]) -> Taken:
+        """Remove the windows starting at ``starts``: their merged state and buffered rows
+        (``results`` makes them results)."""
         closing = [self._windows.pop(start) for start in starts]
         ends = {start: window.end for start, window in zip(starts, closing, strict=True)}
         # One merge for all closing windows: their rows never share a group.
         parts = [part for window in closing for part in window.parts()]
-        merged = _merged(self._aggregator, parts).frame
-        self._compact_keys()
+        merged = _merged(self._aggregator, parts).frame if parts else None
+        if closing:
+            self._compact_keys()
+        return Taken(ends, merged, {s: w.values for s, w in zip(starts, closing, strict=True)})
+
+    def results(self, taken: Taken) -> list[ClosedWindow]:
+        """Taken windows as closed windows: results, or (``finalize=False``) states."""
+        if taken.state is None:
+            return []
         if not self._finalize:
-            return _closed_windows(ends, self._aggregator.export_state(merged), _closed_state)
-        return _closed_windows(ends, self._aggregator.finalize(merged), _closed)
+            exported = self._aggregator.export_state(taken.state)
+            return _closed_windows(taken.ends, exported, _closed_state)
+        results = self._aggregator.finalize(taken.state)
+        if self._values is not None:
+            results = self._values.attach(results, taken.all_values())
+        return _closed_windows(taken.ends, results, _closed)
+
+    def peek(self, start: int, groups: pl.DataFrame) -> ClosedWindow:
+        """The results of ``groups`` (group-by columns, decoded) of the window at
+        ``start``, which stays; ``input_rows`` counts the whole window's rows."""
+        window = self._windows[start]
+        window.state, window.pending = _merged(self._aggregator, window.parts()), []
+        state = window.state.frame
+        results = _only(self._aggregator.finalize(state), groups)
+        if self._values is not None:
+            results = self._values.attach(results, [_only(v, groups) for v in window.values])
+        result = _closed(start, window.end, results)
+        return replace(result, input_rows=int(state[ROWS].sum()))
+
+    def discard(self) -> None:
+        """Forget every open window (after an aborted transaction or a revoke)."""
+        self._windows.clear()
 
     def _compact_keys(self) -> None:
         windows = list(self._windows.values())
@@ -131,6 +185,26 @@ class WindowStore:
             if window.state is not None:
                 window.state = replace(window.state, frame=next(renewed))
             window.pending = [replace(p, frame=next(renewed)) for p in window.pending]
+
+
+@dataclass(frozen=True)
+class Taken:
+    """Windows taken out of a store: ``ends`` by start, their merged ``state`` (None: no
+    window) in the store's key encoding, and their buffered rows by start."""
+
+    ends: dict[int, int]
+    state: pl.DataFrame | None
+    values: dict[int, list[pl.DataFrame]]
+
+    def all_values(self) -> list[pl.DataFrame]:
+        return [frame for frames in self.values.values() for frame in frames]
+
+
+def _only(frame: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``frame`` in ``groups`` (keys compared as ``frame`` holds them)."""
+    keys = [pl.col(c).cast(frame.schema[c]) for c in groups.columns]
+    return frame.join(groups.with_columns(keys), on=groups.columns, how="semi",
+                      nulls_equal=True, maintain_order="left")
 
 
 def _by_window(partial: pl.DataFrame, ends: dict[int, int]) -> list[tuple[int, pl.DataFrame]]:

@@ -224,12 +224,19 @@ def read_windows(bootstrap_servers: Source, topic: str, *, idle_timeout_s: float
 # -- on a terminal -----------------------------------------------------------------------
 
 
+_KIND_WORDS = {"full": "the whole window", "delta": "rows since the last revision, to add",
+               "update": "changed groups, replacing theirs"}
+
+
 def print_window(window: OutputWindow, out: TextIO, *, max_rows: int = 20) -> None:
     chunk = "" if window.chunk == (1, 1) else f" chunk {window.chunk[0]}/{window.chunk[1]}"
     start = _iso(window.start_ms)
     end = _iso(window.end_ms)
+    revision = "" if window.revision == 0 and window.kind == "full" else (
+        f", revision {window.revision} ({_KIND_WORDS[window.kind]})")
     out.write(f"window [{start}, {end}){chunk}: {window.frame.height} groups, "
-              f"{window.window_rows} input rows, {'final' if window.final else 'partial'}\n")
+              f"{window.window_rows} input rows, {'final' if window.final else 'partial'}"
+              f"{revision}\n")
     frame = window.frame
     bounds = [c for c in ("window_start", "window_end") if c in frame.columns]
     if all(frame.get_column(c).n_unique() <= 1 for c in bounds):  # else: sessions, per row
@@ -243,7 +250,7 @@ def print_window(window: OutputWindow, out: TextIO, *, max_rows: int = 20) -> No
 def window_json(window: OutputWindow) -> str:
     """One line of JSON for a window (for jq): its bounds, flags and every result row."""
     document = {"window_start": _iso(window.start_ms), "window_end": _iso(window.end_ms),
-                "final": window.final, "revision": window.revision,
+                "final": window.final, "revision": window.revision, "kind": window.kind,
                 "input_rows": window.window_rows, "chunk": list(window.chunk),
                 "rows": [{k: _finite(v) for k, v in row.items()}
                          for row in window.frame.to_dicts()]}

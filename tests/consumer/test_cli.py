@@ -233,8 +233,34 @@ def test_explain_says_an_integer_time_column_is_epoch_milliseconds(
     with pa.ipc.new_stream(sample, table.schema) as writer:
         writer.write_table(table)
     assert main(["explain", "--config", str(REPO / "config.yaml"), "--sample", str(sample)]) == 0
-    assert ("time column: 'ts' (int64, read as epoch milliseconds; assigns windows; never a "
-            "key)") in capsys.readouterr().out.splitlines()
+    assert (
+        "time column: 'ts' (int64, read as epoch milliseconds; assigns windows; never a key)"
+    ) in capsys.readouterr().out.splitlines()
+
+
+def test_explain_shows_the_windows_and_which_aggregates_buffer_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sample = tmp_path / "latency.arrows"
+    table = pa.table({"ts": pa.array([0], pa.timestamp("ms", "UTC")), "site": ["a"],
+                      "latency": [1.0], "bytes": [5]})
+    with pa.ipc.new_stream(sample, table.schema) as writer:
+        writer.write_table(table)
+    config = example(tmp_path, ("late: topic", "late: revise"),
+                     ("# revision_lateness_ms: 60000", "revision_lateness_ms: 60000"),
+                     ("columns: {}", "columns: {latency: median, bytes: {quantile: 0.9}}"),
+                     ("expressions: {}",
+                      "expressions: {p99: \"pl.col('latency').quantile(0.99)\"}"))
+    assert main(["explain", "--config", str(config), "--sample", str(sample)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("windows: tumbling windows of 5 s, by event time")
+    assert "kept until the watermark is revision_lateness_ms (1 min) past its end" in out
+    assert ("'latency': median -- double, configured in aggregation.columns; buffers the "
+            "window's values (a median cannot be merged from the medians of parts)") in out
+    assert "'bytes': quantile(0.9) -- int64" in out
+    assert ("'p99': pl.col('latency').quantile(0.99) -- buffers the window's values of "
+            "'latency'") in out
+    assert "buffered per window: 'latency', 'bytes' (counted against " in out
 
 
 # -- usage mistakes -----------------------------------------------------------------------

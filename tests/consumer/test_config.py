@@ -497,3 +497,80 @@ def test_the_scale_out_refuses_windows_stage_2_cannot_merge(
         window: dict[str, Any], says: str) -> None:
     document = minimal(window=window, scale_out={"repartition_topic": "sensors-repartition"})
     assert config_error(document).startswith(f"config.yaml: scale_out: {says}")
+
+
+# -- late rows, revisions, buffered aggregates (issue 16) -------------------------------
+
+
+@pytest.mark.parametrize(("window", "says"), [
+    ({"late": "revise"}, "late: revise needs revision_lateness_ms"),
+    ({"revision_lateness_ms": 5_000}, "late: revise needs revision_lateness_ms"),
+    ({"late": "revise", "revision_lateness_ms": 0}, "greater than 0"),
+    ({"late": "later"}, "'topic', 'revise' or 'drop'"),
+    ({"late": "revise", "revision_lateness_ms": 1_000_000},
+     "window.revision_lateness_ms: keeps up to 1001 emitted windows"),
+    ({"kind": "count", "count_rows": 10, "size_ms": None, "late": "drop"},
+     "window.late: belongs to event-time windows"),
+    ({"time": "processing", "late": "revise", "revision_lateness_ms": 1_000},
+     "window.late: belongs to event-time windows"),
+])
+def test_late_settings_that_do_not_fit_are_named(window: dict[str, Any], says: str) -> None:
+    base = {"size_ms": 1_000, "timestamp_column": "ts"}
+    assert says in config_error(minimal(window={**base, **window}))
+
+
+def test_late_revise_is_accepted_with_its_bound() -> None:
+    settings = settings_from_dict(minimal(window={
+        "size_ms": 1_000, "timestamp_column": "ts", "late": "revise",
+        "revision_lateness_ms": 60_000}))
+    assert (settings.window.late, settings.window.revision_lateness_ms) == ("revise", 60_000)
+
+
+def test_late_drop_with_a_late_topic_is_a_contradiction() -> None:
+    message = config_error(minimal(
+        output={"topic": "out", "late_topic": "late"},
+        window={"size_ms": 1_000, "timestamp_column": "ts", "late": "drop"}))
+    assert "output.late_topic: window.late is drop" in message
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    ({"window": {"size_ms": 1_000, "timestamp_column": "ts", "late": "revise",
+                 "revision_lateness_ms": 5_000}}, "cannot revise emitted windows"),
+    ({"aggregation": {"columns": {"latency": {"quantile": 0.99}}}},
+     "cannot carry aggregates that need the window's values (latency"),
+    ({"aggregation": {"expressions": {"p": "pl.col('x').median()"}}},
+     "cannot carry aggregates that need the window's values (p"),
+])
+def test_the_scale_out_refuses_what_it_cannot_merge(extra: dict[str, Any], says: str) -> None:
+    message = config_error(minimal(scale_out={"repartition_topic": "re"}, **extra))
+    assert f"scale_out: {says}" in message
+
+
+def test_quantiles_and_expressions_are_checked_when_loaded() -> None:
+    settings = settings_from_dict(minimal(aggregation={
+        "columns": {"latency": {"quantile": 0.99}, "user": "n_unique", "t": "median"},
+        "expressions": {"error_rate": "(pl.col('status') >= 500).mean()"}}))
+    assert settings.aggregation.expressions == {
+        "error_rate": "(pl.col('status') >= 500).mean()"}
+    assert "a quantile needs its q" in config_error(minimal(
+        aggregation={"columns": {"latency": "quantile"}}))
+    assert "less than or equal to 1" in config_error(minimal(
+        aggregation={"columns": {"latency": {"quantile": 1.5}}}))
+    refused = config_error(minimal(
+        aggregation={"expressions": {"x": "__import__('os').system('true')"}}))
+    assert "expressions.x: the method 'system' is not allowed" in refused
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    ({"window": {"late": "revise", "revision_lateness_ms": 5_000}},
+     "window.late: session windows do not revise emitted sessions yet"),
+    ({"aggregation": {"columns": {"latency": "median"}}},
+     "aggregation: session windows take only aggregates that merge"),
+    ({"aggregation": {"expressions": {"p": "pl.col('x').n_unique()"}}},
+     "aggregation: session windows take only aggregates that merge"),
+])
+def test_session_windows_refuse_what_they_cannot_merge(extra: dict[str, Any],
+                                                       says: str) -> None:
+    window = {"kind": "session", "gap_ms": 1_000, "timestamp_column": "ts"}
+    document = minimal(**{**extra, "window": {**window, **extra.get("window", {})}})
+    assert says in config_error(document)

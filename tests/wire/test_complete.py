@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from wire.complete import WindowAssembler
-from wire.output import OutputWindow, WindowEnd
+from wire.output import OutputWindow, RevisionKind, WindowEnd
 
 
 def piece(rows: int, *, chunk: tuple[int, int] = (1, 1), part: tuple[int, int] | None = None,
@@ -47,3 +47,56 @@ def test_a_repeated_message_is_counted_once() -> None:
     whole = assembler.add(piece(1, chunk=(2, 2)))
     assert whole is not None
     assert whole.frame.height == 3
+
+
+def rows(*pairs: tuple[str | None, int]) -> pl.DataFrame:
+    return pl.DataFrame({"window_start": [0] * len(pairs), "k": [k for k, _ in pairs],
+                         "v": [v for _, v in pairs]})
+
+
+def message(frame: pl.DataFrame, *, revision: int, kind: RevisionKind = "update",
+            final: bool = True, chunk: tuple[int, int] = (1, 1),
+            window_rows: int = 0) -> OutputWindow:
+    return OutputWindow(0, 1000, final, revision, window_rows, chunk, frame, kind=kind,
+                        keys=("k",) if kind == "update" else None)
+
+
+def test_an_update_replaces_its_groups_and_hands_the_window_out_again() -> None:
+    assembler = WindowAssembler()
+    first = assembler.add(message(rows(("a", 1), ("b", 2), (None, 3)), revision=0,
+                                  kind="full", window_rows=6))
+    assert first is not None
+    assert first.frame.sort("k").rows() == [(0, None, 3), (0, "a", 1), (0, "b", 2)]
+    assert assembler.add(message(rows(("b", 20)), revision=1, chunk=(1, 2))) is None
+    updated = assembler.add(message(rows((None, 30), ("c", 4)), revision=1, chunk=(2, 2),
+                                    window_rows=9))
+    assert updated is not None
+    assert (updated.revision, updated.window_rows, updated.final) == (1, 9, True)
+    assert updated.frame.sort("k").rows() == [(0, None, 30), (0, "a", 1), (0, "b", 20),
+                                              (0, "c", 4)]
+    again = assembler.add(message(rows(("a", 10)), revision=2, window_rows=10))
+    assert again is not None
+    assert again.frame.sort("k").rows() == [(0, None, 30), (0, "a", 10), (0, "b", 20),
+                                            (0, "c", 4)]
+    assert assembler.add(message(rows(("a", 10)), revision=2)) is None, "a repeat"
+
+
+def test_an_update_replaces_rows_of_the_closing_delta_only() -> None:
+    assembler = WindowAssembler()
+    assert assembler.add(message(rows(("a", 1)), revision=0, kind="delta", final=False,
+                                 window_rows=1)) is None
+    whole = assembler.add(message(rows(("a", 2)), revision=1, kind="delta", window_rows=1))
+    assert whole is not None
+    assert whole.kind == "delta"
+    updated = assembler.add(message(rows(("a", 5)), revision=2, window_rows=2))
+    assert updated is not None
+    # Add per group, as for any delta: 1 (the early revision) + 5 (the closing one, updated).
+    assert updated.frame.rows() == [(0, "a", 1), (0, "a", 5)]
+    assert updated.window_rows == 3
+
+
+def test_an_update_of_a_window_never_seen_is_handed_out_as_it_is() -> None:
+    assembler = WindowAssembler(max_kept_windows=1)
+    update = assembler.add(message(rows(("a", 7)), revision=3, window_rows=4))
+    assert update is not None
+    assert (update.kind, update.revision, update.frame.rows()) == ("update", 3, [(0, "a", 7)])

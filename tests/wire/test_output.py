@@ -20,7 +20,9 @@ from wire.input import (
 from wire.output import (
     CONTENT_TYPE_JSON,
     HEADER_FINAL,
+    HEADER_KEYS,
     HEADER_REVISION,
+    HEADER_REVISION_KIND,
     HEADER_WINDOW_END,
     HEADER_WINDOW_ROWS,
     HEADER_WINDOW_START,
@@ -293,3 +295,39 @@ def test_a_value_that_is_not_results_is_an_output_format_error(content_type: byt
                ("content-type", content_type)]
     with pytest.raises(OutputFormatError, match=r"^its value is not a window's results: "):
         decode_output(b"hello, world", headers)
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "json"])
+def test_an_update_revision_says_its_kind_and_its_key_columns(fmt: OutputFormat) -> None:
+    window = closed_window()
+    (message,) = encode_window(window.frame, start_ms=START_MS, end_ms=END_MS,
+                               input_rows=9, fmt=fmt, compression="none", max_bytes=1_000_000,
+                               revision=2, kind="update", keys=["k", "zöne"])
+    headers = headers_of(message)
+    assert headers[HEADER_REVISION_KIND] == b"update"
+    assert headers[HEADER_KEYS] == b'["k", "z\\u00f6ne"]'  # ASCII, as every header value
+    decoded = decode_output(message.value, message.headers)
+    assert (decoded.kind, decoded.keys, decoded.revision) == ("update", ("k", "zöne"), 2)
+
+
+@pytest.mark.parametrize(("final", "revision", "kind"), [
+    (True, 0, "full"), (False, 0, "delta"), (True, 2, "delta")])
+def test_messages_without_a_kind_header_get_the_kind_they_had(
+        final: bool, revision: int, kind: str) -> None:
+    (message,) = encode(closed_window(), fmt="arrow", compression="none",
+                        max_bytes=1_000_000, revision=revision, final=final)
+    older = [(n, v) for n, v in message.headers if n != HEADER_REVISION_KIND]
+    assert decode_output(message.value, older).kind == kind
+
+
+@pytest.mark.parametrize(("headers", "says"), [
+    ([(HEADER_REVISION_KIND, b"sideways")], "unknown arrowagg.revision-kind"),
+    ([(HEADER_REVISION_KIND, b"update")], "without a valid arrowagg.keys"),
+    ([(HEADER_REVISION_KIND, b"update"), (HEADER_KEYS, b'{"k": 1}')], "JSON array"),
+])
+def test_a_bad_revision_kind_is_an_output_format_error(
+        headers: list[tuple[str, bytes]], says: str) -> None:
+    (message,) = encode(closed_window(), fmt="arrow", compression="none", max_bytes=1_000_000)
+    kept = [(n, v) for n, v in message.headers if n != HEADER_REVISION_KIND]
+    with pytest.raises(OutputFormatError, match=says):
+        decode_output(message.value, [*kept, *headers])

@@ -35,12 +35,18 @@ class WindowEngine(Protocol):
             now_ms: int) -> pl.DataFrame | None: ...
     def close_due(self, now_ms: int) -> list[ClosedWindow]: ...
     def emit_early(self, now_ms: int) -> list[ClosedWindow]: ...
-    def commit_points(self) -> dict[PartitionKey, CommitPoint]: ...
+    def commit_points(self) -> dict[PartitionKey, CommitPoint] | None:
+        """The offsets to commit, by partition; None: no commit may happen now (output
+        is held back, see TimeWindowEngine)."""
+
     def frontiers(self, now_ms: int) -> dict[PartitionKey, tuple[int | None, bool]]:
         """Each assigned partition's emitted frontier, and whether it is idle."""
 
     def discard(self) -> None: ...
     def cardinality(self) -> int: ...
+    def buffered_values(self) -> int:
+        """Values buffered for aggregates that do not decompose (holistic.py)."""
+
     def open_window_count(self) -> int: ...
 
 
@@ -128,6 +134,9 @@ class UnplannedEngine:
         return []
 
     def cardinality(self) -> int:
+        return 0
+
+    def buffered_values(self) -> int:
         return 0
 
     def open_window_count(self) -> int:

@@ -100,7 +100,8 @@ class CountWindowEngine:
         if rows.height == 0:
             return
         windowed = rows.lazy().with_columns(pl.lit(self._window_id, pl.Int64).alias(WINDOW_START))
-        self._store.add(self._aggregator.partial(windowed), {self._window_id: self._window_id})
+        self._store.add(self._aggregator.partial(windowed), {self._window_id: self._window_id},
+                        rows=windowed)
 
     def _close_current(self, now_ms: int) -> None:
         # Several count windows can close within one millisecond: keep their time spans
@@ -159,6 +160,9 @@ class CountWindowEngine:
 
     def cardinality(self) -> int:
         return self._store.cardinality()
+
+    def buffered_values(self) -> int:
+        return self._store.buffered_values()
 
     def open_window_count(self) -> int:
         return 1 if self._batches else 0

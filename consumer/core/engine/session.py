@@ -422,6 +422,9 @@ class SessionWindowEngine:
             h.rows.height for h in self._replay.held)
         return len(self._open) + replay
 
+    def buffered_values(self) -> int:
+        return 0  # configuration keeps aggregates that buffer values away from sessions
+
     def open_window_count(self) -> int:
         """Open sessions, and what waits: rebuilt sessions and held polls of a replay,
         late rows not handed out yet (a replay that ended on idleness leaves them for

@@ -3,18 +3,28 @@ watermark) or by processing time (the wall clock when the batch arrives).
 
 Rows arrive with the coordinates of the messages they came from (``MessageRef``); the
 engine keeps per-partition progress so that a replay after a restart or a takeover
-skips what was emitted and calls late only what is.
+skips what was emitted and calls late only what is. With ``revise_within_ms``
+(``window.late: revise``) emitted windows are kept that long past their end
+(consumer/core/engine/retained.py), and late rows within it revise them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
-from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
+from consumer.core.engine.progress import PartitionFrontier, later, settle_retention
+from consumer.core.engine.retained import RetainedWindows
+from consumer.core.offsets import (
+    CommitMetadata,
+    CommitPoint,
+    OffsetTracker,
+    Retention,
+    owners_fingerprint,
+)
 from consumer.core.plan import AggregationPlan
 from consumer.core.types import (
     MESSAGE_INDEX,
@@ -26,45 +36,30 @@ from consumer.core.types import (
     PartitionKey,
 )
 from consumer.core.watermark import WatermarkTracker
-from consumer.core.window_store import WindowStore
+from consumer.core.window_store import Taken, WindowStore
 from consumer.core.windows import WindowSpec, to_epoch_ms, window_ranges, with_window_start
+from wire.output import RevisionKind
 
 EVENT_MS = "__event_ms"
 _SKIP_THROUGH = "__skip_through"
 _LATE_THROUGH = "__late_through"
-
-
-@dataclass
-class _Progress:
-    """One assigned partition's emitted frontier and what a restart left to replay.
-
-    ``frontier``: every window ending at or before it holds all of this partition's rows
-    that belong to it, in committed output; later rows for such a window are late.
-    ``replay_until``: offsets below it were consumed before the restart (by this instance
-    or the partition's previous owner), and their rows in windows ending at or before
-    ``replayed_frontier`` were emitted then: replaying them again is skipped, not late.
-    ``restored_max_ms`` (the largest event time seen before the restart) reaches the
-    watermark only once the replay is over: before that, the rows between the committed
-    offset and ``replay_until`` are still to come, and closing their windows on the
-    restored time would emit them twice.
-    """
-
-    frontier: int | None
-    replay_until: int = -1
-    replayed_frontier: int | None = None
-    restored_max_ms: int | None = None
+_KEPT_AFTER = "__kept_after"
 
 
 class TimeWindowEngine:
     def __init__(
         self, plan: AggregationPlan, spec: WindowSpec, *, event_time: bool,
         time_dtype: pl.DataType | None, allowed_lateness_ms: int, idle_timeout_ms: int,
-        merge_every: int, partials: bool = False,
+        merge_every: int, partials: bool = False, revise_within_ms: int | None = None,
     ) -> None:
         """``partials``: closed windows hold their merged partial state instead of the
-        results (stage 1 of the scale-out; consumer/core/stage_one.py)."""
+        results (stage 1 of the scale-out; consumer/core/stage_one.py).
+        ``revise_within_ms``: keep emitted windows this long past their end (event time,
+        against the watermark) and revise them with late rows (None: late rows are late)."""
         if event_time and (plan.time_column is None or time_dtype is None):
             raise ValueError("event-time windows need the plan's time column and its dtype")
+        if revise_within_ms is not None and (partials or not event_time):
+            raise ValueError("revisions need event-time windows emitting results")
         self._plan = plan
         self._spec = spec
         self._event_time = event_time
@@ -75,12 +70,17 @@ class TimeWindowEngine:
         self._offsets = OffsetTracker()
         self._watermarks = WatermarkTracker(
             allowed_lateness_ms=allowed_lateness_ms, idle_timeout_ms=idle_timeout_ms)
-        self._progress: dict[PartitionKey, _Progress] = {}
+        self._progress: dict[PartitionKey, PartitionFrontier] = {}
         # The furthest this instance has closed windows (or a restored commit had): the
         # frontier of a partition that arrives with no commit of its own.
         self._closed_through: int | None = None
         self._revisions: dict[int, int] = {}  # window start -> next revision number
+        self._revise_within_ms = revise_within_ms
+        self._retained = None if revise_within_ms is None else RetainedWindows(
+            plan, merge_every=merge_every)
+        self._settled = True  # every assigned partition's retention is decided
         self.late_rows = 0
+        self.revised_rows = 0
         self.skipped_replayed_rows = 0
 
     # -- assignment --------------------------------------------------------------------
@@ -90,14 +90,18 @@ class TimeWindowEngine:
         self._offsets.assign(partition, committed,
                              metadata.position if metadata is not None else None)
         if metadata is None or metadata.frontier is None:
-            progress = _Progress(self._closed_through)
+            progress = PartitionFrontier(self._closed_through)
         else:
-            progress = _Progress(metadata.frontier)
-            self._closed_through = _later(self._closed_through, metadata.frontier)
+            progress = PartitionFrontier(metadata.frontier)
+            self._closed_through = later(self._closed_through, metadata.frontier)
         if metadata is not None and self._event_time:
             progress.replay_until = metadata.position
             progress.replayed_frontier = metadata.frontier
             progress.restored_max_ms = metadata.max_event_ms
+        progress.kept_after = progress.frontier
+        if metadata is not None and metadata.retention is not None and self._retained:
+            progress.restored = metadata.retention
+            self._settled = False
         self._progress[partition] = progress
         self._watermarks.assign(partition, now_ms, None)
         self._end_replay_if_caught_up(partition, now_ms)
@@ -106,6 +110,11 @@ class TimeWindowEngine:
         self._offsets.revoke(partition)
         self._watermarks.revoke(partition)
         self._progress.pop(partition, None)
+
+    def _settle(self) -> None:
+        if not self._settled and self._retained is not None:
+            self._retained.restore(settle_retention(self._progress))
+        self._settled = True
 
     def replaying(self, partition: PartitionKey) -> bool:
         """True until the partition has been re-read up to where the last run had got."""
@@ -137,6 +146,7 @@ class TimeWindowEngine:
         Only messages that may hold rows of windows their partition already emitted are
         filtered row by row; in a steady stream that is none of them.
         """
+        self._settle()
         bounds = [self._old_bounds(ref, now_ms) for ref in refs]
         late = None
         if any(b is not None for b in bounds):
@@ -145,7 +155,7 @@ class TimeWindowEngine:
             windowed = self._windowed(frame.lazy(), now_ms)
         partial = self._aggregator.partial(windowed)
         starts = partial.get_column(WINDOW_START).unique().to_list()
-        self._store.add(partial, {s: s + self._spec.size_ms for s in starts})
+        self._store.add(partial, {s: s + self._spec.size_ms for s in starts}, rows=windowed)
         for ref in refs:
             event_ms = ref.max_event_ms if self._event_time else now_ms
             self._offsets.record(ref.partition, ref.offset, self._last_end(event_ms))
@@ -157,42 +167,61 @@ class TimeWindowEngine:
         with_event = frame.with_columns(self._event_expr(now_ms))
         return with_window_start(with_event, EVENT_MS, self._spec).drop(EVENT_MS)
 
-    def _old_bounds(self, ref: MessageRef, now_ms: int) -> tuple[int, int] | None:
-        """``(skip_through, late_through)`` when the message may hold rows of windows its
-        partition emitted: rows in windows ending at or before ``skip_through`` were
-        emitted before a restart (skipped), up to ``late_through`` they are late."""
+    def _old_bounds(self, ref: MessageRef, now_ms: int) -> tuple[int, int, int] | None:
+        """``(skip_through, late_through, kept_after)`` when the message may hold rows of
+        windows its partition emitted: rows in windows ending at or before
+        ``skip_through`` were emitted before a restart (skipped, or with late: revise
+        rebuilding kept windows ending after ``kept_after``), up to ``late_through`` they
+        are late (revising the kept windows ending after ``kept_after``)."""
         progress = self._progress.get(ref.partition)
         if progress is None or progress.frontier is None:
             return None
         replayed = ref.offset < progress.replay_until
         skip_through = progress.replayed_frontier if replayed else None
-        through = _later(progress.frontier, skip_through)
+        through = later(progress.frontier, skip_through)
         first_ms = ref.min_event_ms if self._event_time else now_ms
         if through is None or first_ms is None or _first_end(first_ms, self._spec) > through:
             return None
-        return (NO_WINDOW if skip_through is None else skip_through), through
+        kept_after = through if self._retained is None else progress.kept_after
+        return ((NO_WINDOW if skip_through is None else skip_through), through,
+                NO_WINDOW if kept_after is None else kept_after)
 
     def _split_old(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
-                   bounds: list[tuple[int, int] | None], now_ms: int,
+                   bounds: list[tuple[int, int, int] | None], now_ms: int,
                    ) -> tuple[pl.LazyFrame, pl.DataFrame | None]:
-        """Drop replayed rows of emitted windows; take out late rows; keep the rest."""
+        """Drop replayed rows of emitted windows; take out late rows; keep the rest.
+        With late: revise, rows of kept windows go to them: a replay's rebuild them,
+        late ones revise them."""
         counts = pl.Series([r.rows for r in refs], dtype=pl.Int64)
+        marks = (_SKIP_THROUGH, _LATE_THROUGH, _KEPT_AFTER)
         marked = frame.with_columns(
-            _per_row(_SKIP_THROUGH, counts, [NO_WINDOW if b is None else b[0] for b in bounds]),
-            _per_row(_LATE_THROUGH, counts, [NO_WINDOW if b is None else b[1] for b in bounds]),
+            *(_per_row(name, counts, [NO_WINDOW if b is None else b[i] for b in bounds])
+              for i, name in enumerate(marks)),
             _per_row(MESSAGE_INDEX, counts, list(range(len(refs)))),
         )  # before windowing, so hopping windows repeat them with their row
         windowed = self._windowed(marked.lazy(), now_ms).collect()
         end = pl.col(WINDOW_START) + self._spec.size_ms
-        skipped = end <= pl.col(_SKIP_THROUGH)
-        is_late = ~skipped & (end <= pl.col(_LATE_THROUGH))
-        self.skipped_replayed_rows += windowed.filter(skipped).height
-        late = windowed.filter(is_late).drop(_SKIP_THROUGH, _LATE_THROUGH).with_columns(
-            (pl.col(WINDOW_START) + self._spec.size_ms).alias(WINDOW_END))
+        emitted_before = end <= pl.col(_SKIP_THROUGH)
+        emitted_now = ~emitted_before & (end <= pl.col(_LATE_THROUGH))
+        kept = end > pl.col(_KEPT_AFTER)
+        self.skipped_replayed_rows += windowed.filter(emitted_before & ~kept).height
+        late = windowed.filter(emitted_now & ~kept).drop(marks).with_columns(
+            end.alias(WINDOW_END))
         self.late_rows += late.height
-        kept = windowed.filter(~skipped & ~is_late).drop(_SKIP_THROUGH, _LATE_THROUGH,
-                                                          MESSAGE_INDEX)
-        return kept.lazy(), (late if late.height else None)
+        if self._retained is not None:
+            self._keep_rows(windowed.filter(emitted_before & kept), changed=False)
+            self._keep_rows(windowed.filter(emitted_now & kept), changed=True)
+        rest = windowed.filter(~emitted_before & ~emitted_now).drop(*marks, MESSAGE_INDEX)
+        return rest.lazy(), (late if late.height else None)
+
+    def _keep_rows(self, rows: pl.DataFrame, *, changed: bool) -> None:
+        """Rows of kept windows: a replay's (rebuilding them) or late ones (revising)."""
+        assert self._retained is not None  # noqa: S101 - called with late: revise only
+        rows = rows.drop(_SKIP_THROUGH, _LATE_THROUGH, _KEPT_AFTER, MESSAGE_INDEX)
+        ends = {s: s + self._spec.size_ms for s in rows[WINDOW_START].unique().to_list()}
+        self._retained.add(rows, ends, changed=changed)
+        if changed:
+            self.revised_rows += rows.height
 
     def keep_alive(self, partition: PartitionKey, now_ms: int) -> None:
         """The partition has a backlog not yet consumed: it is not idle."""
@@ -219,12 +248,20 @@ class TimeWindowEngine:
     # -- windows out -------------------------------------------------------------------
 
     def close_due(self, now_ms: int) -> list[ClosedWindow]:
+        """The revisions due (late: revise), then the windows due to close. Revisions go
+        first: their rows came before this close, which may end their windows' retention."""
+        self._settle()
+        revisions = self._revisions_due()
+        return revisions + self._close_due(now_ms)
+
+    def _close_due(self, now_ms: int) -> list[ClosedWindow]:
         if not self._event_time:
             return self._close_through(now_ms)
         watermark = self._watermarks.current(now_ms)
         if watermark.all_idle:
-            # Nothing is coming: close every open window rather than wait forever.
-            closed = self._revised(self._store.pop_all(), final=True)
+            # Nothing is coming: close every open window rather than wait forever. Event
+            # time stands still, so kept windows stay kept.
+            closed = self._closed(self._store.take(sorted(self._store.open_windows())))
             if closed:
                 self._advance(max(w.end_ms for w in closed))
             return closed
@@ -236,15 +273,45 @@ class TimeWindowEngine:
         # Pop by the watermark itself, not by the furthest close so far: a partition taken
         # over from another instance may reopen windows this one closed, and those close
         # again only when that partition's replay has passed them.
-        closed = self._revised(self._store.pop_closed(through_ms), final=True)
+        closed = self._closed(self._store.take_closed(through_ms))
         self._advance(through_ms)
+        if self._revise_within_ms is not None and not self._holding():
+            # Held revisions keep their windows (and no commit happens meanwhile).
+            self._expire(through_ms - self._revise_within_ms)
         return closed
+
+    def _closed(self, taken: Taken) -> list[ClosedWindow]:
+        closed = self._revised(self._store.results(taken), final=True)
+        if self._retained is not None and taken.state is not None:
+            self._retained.keep(taken, self._aggregator.export_state(taken.state),
+                                {w.start_ms: w.revision for w in closed})
+        return closed
+
+    def _expire(self, through_ms: int) -> None:
+        """Kept windows ending at or before ``through_ms`` are past their revisions."""
+        assert self._retained is not None  # noqa: S101 - late: revise only
+        for progress in self._progress.values():
+            progress.kept_after = later(progress.kept_after, through_ms)
+        afters = [p.kept_after for p in self._progress.values()]
+        if afters and None not in afters:
+            self._retained.drop_through(min(a for a in afters if a is not None))
+
+    def _revisions_due(self) -> list[ClosedWindow]:
+        if self._retained is None or self._holding():
+            return []
+        return self._retained.revisions()
+
+    def _holding(self) -> bool:
+        """Revisions wait while a partition replays: its rows of the kept windows are not
+        all back yet, and the revised groups would miss them."""
+        return self._retained is not None and self._retained.changed() and any(
+            self.replaying(partition) for partition in self._progress)
 
     def _advance(self, through_ms: int) -> None:
         """Every assigned partition's rows up to ``through_ms`` are now emitted."""
-        self._closed_through = _later(self._closed_through, through_ms)
+        self._closed_through = later(self._closed_through, through_ms)
         for progress in self._progress.values():
-            progress.frontier = _later(progress.frontier, through_ms)
+            progress.frontier = later(progress.frontier, through_ms)
 
     # -- progress, for the scale-out's stage 1 -----------------------------------------
 
@@ -261,17 +328,24 @@ class TimeWindowEngine:
         cap = min(floor_ms, min(ends) - 1) if ends else floor_ms
         for partition, progress in self._progress.items():
             if self._watermarks.idle(partition, now_ms) and not self.replaying(partition):
-                progress.frontier = _later(progress.frontier, cap)
+                progress.frontier = later(progress.frontier, cap)
 
     def raise_floor(self, floor_ms: int) -> None:
         """A partition assigned without a commit of its own starts at ``floor_ms`` at
         least: windows ending there are complete elsewhere already."""
-        self._closed_through = _later(self._closed_through, floor_ms)
+        self._closed_through = later(self._closed_through, floor_ms)
 
     def emit_early(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
         """Emit every open window as a non-final revision and start them afresh, so the
-        groups held stay within the memory budget; all consumed input is then emitted."""
+        groups held stay within the memory budget; all consumed input is then emitted.
+        Kept windows (late: revise) go first: their pending revisions out, their state
+        dropped, and later rows of them are late."""
         early = self._revised(self._store.pop_all(), final=False)
+        if self._retained is not None:
+            early += self._retained.revisions()
+            self._retained.drop_all()
+            for progress in self._progress.values():
+                progress.kept_after = progress.frontier
         self._offsets.mark_all_done()
         return early
 
@@ -282,35 +356,47 @@ class TimeWindowEngine:
                         else self._revisions.get(window.start_ms, 0))
             if not final:
                 self._revisions[window.start_ms] = revision + 1
-            out.append(replace(window, final=final, revision=revision))
+            kind: RevisionKind = "full" if final and revision == 0 else "delta"
+            out.append(replace(window, final=final, revision=revision, kind=kind))
         return out
 
-    def commit_points(self) -> dict[PartitionKey, CommitPoint]:
+    def commit_points(self) -> dict[PartitionKey, CommitPoint] | None:
+        """None while late rows wait for their revision (close_due emits it, unless a
+        replay holds it back): a commit would record them as consumed, and after a
+        crash their replay would rebuild the kept state without ever revising it."""
+        self._settle()
+        if self._retained is not None and self._retained.changed():
+            return None
         points = {}
+        owners = owners_fingerprint(self._progress)
+        revisions = () if self._retained is None else self._retained.revision_numbers()
         for partition in self._offsets.partitions():
-            progress = self._progress.get(partition) or _Progress(self._closed_through)
+            progress = self._progress.get(partition) or PartitionFrontier(self._closed_through)
             seen = self._watermarks.max_event_ms(partition)
+            retention = None if self._retained is None else Retention(
+                progress.kept_after, owners, revisions)
             point = self._offsets.commit_point(
-                partition, progress.frontier, _later(seen, progress.restored_max_ms))
+                partition, progress.frontier, later(seen, progress.restored_max_ms),
+                retention=retention)
             if point is not None:
                 points[partition] = point
         return points
 
     def discard(self) -> None:
         self._store.discard()
+        if self._retained is not None:
+            self._retained.drop_all()
 
     def cardinality(self) -> int:
-        return self._store.cardinality()
+        kept = 0 if self._retained is None else self._retained.cardinality()
+        return self._store.cardinality() + kept
+
+    def buffered_values(self) -> int:
+        kept = 0 if self._retained is None else self._retained.buffered_values()
+        return self._store.buffered_values() + kept
 
     def open_window_count(self) -> int:
         return len(self._store.open_windows())
-
-
-def _later(a: int | None, b: int | None) -> int | None:
-    """The larger of two optional times (None: nothing yet)."""
-    if a is None:
-        return b
-    return a if b is None else max(a, b)
 
 
 def _per_row(name: str, counts: pl.Series, values: list[int]) -> pl.Series:

@@ -92,3 +92,61 @@ def test_a_message_without_rows_first_leaves_the_plan_to_the_data() -> None:
     windows = [decode_output(r.value, r.headers).frame for r in flush.records]
     assert pl.concat(windows)["row_count"].sum() == 2
     assert flush.offsets[P0].offset == 2
+
+
+def test_late_rows_within_the_bound_revise_their_window_on_the_output_topic() -> None:
+    pipe = pipeline(late="revise", revision_lateness_ms=5_000)
+    pipe.assign(P0, None, None, NOW_MS)
+    pipe.process(messages(rows(NOW_MS - 2_000, NOW_MS - 1_999, NOW_MS - 500)), NOW_MS)
+    first = pipe.flush(NOW_MS)
+    pipe.committed(first, NOW_MS)
+    (window,) = [decode_output(r.value, r.headers) for r in first.records]
+    assert (window.revision, window.kind, window.frame["revision"].to_list()) == (
+        0, "full", [0, 0])
+    pipe.process(messages(rows(NOW_MS - 1_998), first_offset=1), NOW_MS)
+    second = pipe.flush(NOW_MS)
+    (update,) = [decode_output(r.value, r.headers) for r in second.records]
+    assert (update.start_ms, update.revision, update.kind, update.keys) == (
+        window.start_ms, 1, "update", ("site",))
+    assert update.frame.select("site", "v", "row_count", "revision").rows() == [
+        ("s0", 2.0, 2, 1)]
+    assert [r.topic for r in second.records] == ["out"]
+    assert second.offsets[P0].metadata.retention is not None
+
+
+def test_late_rows_are_counted_and_dropped_with_late_drop() -> None:
+    pipe = build_pipeline(settings_from_dict({
+        "input": {"topics": ["in"]}, "output": {"topic": "out"},
+        "window": {"kind": "tumbling", "timestamp_column": "ts", "size_ms": 1_000,
+                   "late": "drop"},
+    }))
+    pipe.assign(P0, None, None, NOW_MS)
+    pipe.process(messages(rows(NOW_MS - 2_000, NOW_MS - 500)), NOW_MS)
+    pipe.committed(pipe.flush(NOW_MS), NOW_MS)
+    done = pipe.process(messages(rows(NOW_MS - 1_900), first_offset=1), NOW_MS)
+    assert (done.late_rows, pipe.counters.late_rows) == (1, 1)
+    assert pipe.flush(NOW_MS).records == []
+
+
+def test_no_commit_while_a_revision_waits_for_a_replay() -> None:
+    p1: PartitionKey = ("in", 1)
+    before = pipeline(late="revise", revision_lateness_ms=5_000)
+    for partition in (P0, p1):
+        before.assign(partition, None, None, NOW_MS)
+    old = [InputMessage(P0, 0, rows(NOW_MS - 2_000, NOW_MS - 500)),
+           InputMessage(p1, 0, rows(NOW_MS - 1_900, NOW_MS - 400))]
+    before.process(old, NOW_MS)
+    flush = before.flush(NOW_MS)
+    before.committed(flush, NOW_MS)
+
+    after = pipeline(late="revise", revision_lateness_ms=5_000)  # a restart
+    for partition, point in flush.offsets.items():
+        after.assign(partition, point.offset, point.metadata, NOW_MS)
+    after.process([old[0], InputMessage(P0, 1, rows(NOW_MS - 1_800))], NOW_MS)
+    held = after.flush(NOW_MS)
+    assert (held.commit, held.records, held.offsets) == (False, [], {})
+    after.process([old[1]], NOW_MS)  # p1's replay: its row of the window is back
+    done = after.flush(NOW_MS)
+    assert done.commit
+    (update,) = [decode_output(r.value, r.headers) for r in done.records]
+    assert update.frame.select("site", "row_count").sort("site").rows() == [("s0", 3)]

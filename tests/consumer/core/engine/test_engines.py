@@ -93,6 +93,14 @@ def feed(engine: TimeWindowEngine | CountWindowEngine, partition: tuple[str, int
     return engine.add(frame(rows), [ref(partition, offset, rows)], now_ms)
 
 
+def commit_points(engine: TimeWindowEngine | CountWindowEngine,
+                  ) -> dict[tuple[str, int], CommitPoint]:
+    """The engine's commit points; these tests never hold output back."""
+    found = engine.commit_points()
+    assert found is not None
+    return found
+
+
 def at(rows: Iterable[Row], ts_ms: int) -> list[Row]:
     """``rows`` with their time replaced by ``ts_ms`` (processing time, count windows)."""
     return [(k, ts_ms, v_sum, n_count, v_max) for k, _, v_sum, n_count, v_max in rows]
@@ -237,9 +245,9 @@ def test_message_of_only_late_rows_is_done_at_once() -> None:
     assert late is not None
     assert late.height == 1
     # Offsets 0 and 1 wait for [1000, 2000); the late message 2 does not hold anything.
-    assert engine.commit_points()[P0].offset == 0
+    assert commit_points(engine)[P0].offset == 0
     engine.close_due(10**9)
-    assert engine.commit_points()[P0].offset == 3
+    assert commit_points(engine)[P0].offset == 3
 
 
 def test_replayed_rows_of_emitted_windows_are_skipped() -> None:
@@ -269,7 +277,7 @@ def test_assign_restores_frontier_and_event_progress() -> None:
     engine = time_engine(lateness_ms=100)
     engine.assign(P0, 3, CommitMetadata(frontier=4_000, position=3, max_event_ms=5_000),
                   now_ms=0)
-    assert engine.commit_points() == {
+    assert commit_points(engine) == {
         P0: CommitPoint(3, CommitMetadata(frontier=4_000, position=3, max_event_ms=5_000))}
     # The restored maximum drives the watermark (4900) before any new message arrives.
     feed(engine, P0, 3, [("a", 4_500, 1.0, 1, 1.0), ("a", 5_050, 1.0, 1, 1.0)], now_ms=1)
@@ -288,7 +296,7 @@ def test_each_partition_keeps_its_own_restored_frontier() -> None:
     late = feed(engine, P0, 0, [("a", 2_500, 1.0, 1, 1.0)], now_ms=1)
     assert late is not None
     assert late.height == 1
-    points = engine.commit_points()
+    points = commit_points(engine)
     assert (points[P0].metadata.frontier, points[P1].metadata.frontier) == (3_000, 2_000)
 
 
@@ -322,7 +330,7 @@ def test_taken_over_partition_reopens_a_closed_window_until_its_replay_passes_it
     assert engine.skipped_replayed_rows == 1  # the row of [0, 1000), emitted by P1's owner
     closed = engine.close_due(7)  # watermark 2_900 once P1 has caught up
     check_windows(closed, reference([("b", 1_500, 1.0, 1, 1.0), ("b", 1_700, 2.0, 2, 2.0)]))
-    assert engine.commit_points()[P1] == CommitPoint(
+    assert commit_points(engine)[P1] == CommitPoint(
         2, CommitMetadata(frontier=2_900, position=3, max_event_ms=2_900))
 
 
@@ -334,9 +342,9 @@ def test_commit_metadata_keeps_the_replay_range_until_it_is_passed() -> None:
     meta = CommitMetadata(frontier=1_500, position=2, max_event_ms=1_600)
     engine = time_engine()
     engine.assign(P0, 0, meta, now_ms=0)
-    assert engine.commit_points()[P0].metadata.position == 2  # nothing replayed yet
+    assert commit_points(engine)[P0].metadata.position == 2  # nothing replayed yet
     feed(engine, P0, 0, [("a", 100, 1.0, 1, 1.0), ("a", 1_500, 1.0, 1, 1.0)], now_ms=1)
-    point = engine.commit_points()[P0]
+    point = commit_points(engine)[P0]
     assert point.offset == 0
     assert point.metadata.position == 2
 
@@ -354,7 +362,7 @@ def test_all_idle_closes_everything_and_commits_everything() -> None:
     closed = engine.close_due(1_200)
     check_windows(closed, {s: f for s, f in reference([*rows0, *rows1]).items() if s > 0})
     assert engine.open_window_count() == 0
-    assert engine.commit_points() == {
+    assert commit_points(engine) == {
         P0: CommitPoint(1, CommitMetadata(frontier=6_000, position=1, max_event_ms=5_100)),
         P1: CommitPoint(1, CommitMetadata(frontier=6_000, position=1, max_event_ms=2_100)),
     }
@@ -376,26 +384,26 @@ def test_commit_points_follow_the_closed_windows() -> None:
     engine = time_engine()
     engine.assign(P0, None, None, now_ms=0)
     engine.assign(P1, 10, None, now_ms=0)
-    assert set(engine.commit_points()) == {P1}  # P0: nothing consumed, nothing committed
+    assert set(commit_points(engine)) == {P1}  # P0: nothing consumed, nothing committed
     feed(engine, P0, 0, M_P0_0, now_ms=1)  # last window end 2000
     feed(engine, P1, 10, M_P1_0, now_ms=1)  # 3000
     feed(engine, P0, 1, M_P0_1, now_ms=1)  # 3000
-    assert engine.commit_points() == {
+    assert commit_points(engine) == {
         P0: CommitPoint(0, CommitMetadata(frontier=None, position=2, max_event_ms=2_500)),
         P1: CommitPoint(10, CommitMetadata(frontier=None, position=11, max_event_ms=2_100)),
     }
     engine.close_due(2)  # watermark 2100: [0, 2000) emitted
-    assert engine.commit_points() == {
+    assert commit_points(engine) == {
         P0: CommitPoint(1, CommitMetadata(frontier=2_100, position=2, max_event_ms=2_500)),
         P1: CommitPoint(10, CommitMetadata(frontier=2_100, position=11, max_event_ms=2_100)),
     }
     engine.skip(P1, 11, now_ms=3)  # a rejected message
     feed(engine, P1, 12, [("a", 3_000, 1.0, 1, 1.0)], now_ms=3)
     engine.close_due(4)  # watermark 2500: nothing more closes
-    assert engine.commit_points()[P1].offset == 10
+    assert commit_points(engine)[P1].offset == 10
     feed(engine, P0, 2, [("a", 4_100, 1.0, 1, 1.0)], now_ms=5)
     engine.close_due(6)  # watermark 3000: [2000, 3000) emitted
-    points = engine.commit_points()
+    points = commit_points(engine)
     assert (points[P0].offset, points[P1].offset) == (2, 12)
     assert points[P1].metadata == CommitMetadata(frontier=3_000, position=13,
                                                  max_event_ms=3_000)
@@ -410,7 +418,7 @@ def test_revoke_stops_a_partition_holding_the_watermark() -> None:
     assert engine.close_due(2) == []  # watermark 200
     engine.revoke(P1)
     assert starts(engine.close_due(3)) == [0]
-    assert set(engine.commit_points()) == {P0}
+    assert set(commit_points(engine)) == {P0}
 
 
 def test_integer_epoch_ms_time_column() -> None:
@@ -443,10 +451,10 @@ def test_processing_time_windows_follow_the_wall_clock() -> None:
     # The reference puts every row at the time its message arrived.
     expected = reference([*at(first, 10_250), *at(second, 10_999)])
     check_windows(closed, expected)
-    assert engine.commit_points()[P0].offset == 2
+    assert commit_points(engine)[P0].offset == 2
     assert engine.close_due(11_999) == []
     assert starts(engine.close_due(12_000)) == [11_000]
-    assert engine.commit_points()[P0] == CommitPoint(
+    assert commit_points(engine)[P0] == CommitPoint(
         3, CommitMetadata(frontier=12_000, position=3, max_event_ms=11_000))
 
 
@@ -562,7 +570,7 @@ def test_empty_message_feeds_no_window() -> None:
     engine.assign(P0, None, None, now_ms=0)
     assert feed(engine, P0, 0, [], now_ms=0) is None
     assert engine.open_window_count() == 0
-    assert engine.commit_points()[P0].offset == 1
+    assert commit_points(engine)[P0].offset == 1
 
 
 message_rows = st.lists(
@@ -662,27 +670,27 @@ def test_count_window_commit_points() -> None:
     feed(engine, P1, 20, numbered(1), now_ms=2)  # window 0 full
     feed(engine, P0, 1, numbered(1), now_ms=3)
     # Window 0 is closed but not handed out yet: nothing is committable.
-    assert engine.commit_points() == {
+    assert commit_points(engine) == {
         P0: CommitPoint(0, CommitMetadata(frontier=None, position=2, max_event_ms=None)),
         P1: CommitPoint(20, CommitMetadata(frontier=None, position=21, max_event_ms=None)),
     }
     assert len(engine.close_due(4)) == 1
-    assert engine.commit_points() == {
+    assert commit_points(engine) == {
         P0: CommitPoint(1, CommitMetadata(frontier=0, position=2, max_event_ms=None)),
         P1: CommitPoint(21, CommitMetadata(frontier=0, position=21, max_event_ms=None)),
     }
     engine.skip(P1, 21, now_ms=5)
-    assert engine.commit_points()[P1].offset == 22
+    assert commit_points(engine)[P1].offset == 22
 
 
 def test_count_window_assign_restores_the_window_number() -> None:
     engine = count_engine(batches=1)
     engine.assign(P0, 7, CommitMetadata(frontier=41, position=9, max_event_ms=None), 0)
     assert engine.replaying(P0) is False
-    assert engine.commit_points()[P0].metadata.frontier == 41
+    assert commit_points(engine)[P0].metadata.frontier == 41
     feed(engine, P0, 7, numbered(2), now_ms=1)
     assert [w.input_rows for w in engine.close_due(2)] == [2]
-    point = engine.commit_points()[P0]
+    point = commit_points(engine)[P0]
     assert (point.offset, point.metadata.frontier) == (8, 42)
 
 
@@ -729,7 +737,7 @@ def test_emit_early_gives_non_final_revisions_that_add_up_to_the_window() -> Non
     check_windows(early, {0: reference(first)[0]})
     assert engine.cardinality() == 0  # the budget is freed
     # everything consumed is in emitted output, so its offset may be committed
-    assert engine.commit_points()[P0].offset == 1
+    assert commit_points(engine)[P0].offset == 1
 
     feed(engine, P0, 1, second, now_ms=20)
     feed(engine, P0, 2, [("a", 1_500, 0.5, 1, 0.5)], now_ms=30)  # moves the watermark

@@ -86,10 +86,14 @@ class RetainedWindows:
                 continue
             groups = pl.concat(kept.changed).unique(maintain_order=True)
             kept.changed = []
+            # A window that never went out (no row came before the watermark passed it)
+            # holds only late rows: its first emission is the whole window, revision 0.
+            first = kept.revision is None
             kept.revision = 0 if kept.revision is None else kept.revision + 1
             window = self._store.peek(start, groups)
             out.append(ClosedWindow(start, kept.end_ms, window.frame, window.input_rows,
-                                    final=True, revision=kept.revision, kind="update"))
+                                    final=True, revision=kept.revision,
+                                    kind="full" if first else "update"))
         return out
 
     def drop_through(self, through_ms: int | None) -> None:

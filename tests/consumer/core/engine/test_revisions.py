@@ -117,6 +117,22 @@ def test_a_late_row_within_the_bound_revises_only_its_group() -> None:
     assert stream.flush() == []  # nothing changed since
 
 
+def test_late_rows_of_a_window_that_never_went_out_are_its_first_full_revision() -> None:
+    stream = Stream(engine())
+    stream.engine.assign(P0, None, None, 0)
+    stream.send(P0, [("a", 2_100, 1.0, 1.0)])
+    stream.send(P0, [("b", 3_050, 1.0, 1.0)])
+    stream.flush()  # watermark 3050: [2000, 3000) out; [1000, 2000) never had a row
+    late_rows: list[Row] = [("a", 1_200, 2.0, 3.0), ("b", 1_900, 4.0, 5.0)]
+    stream.send(P0, late_rows)  # within the bound: [1000, 2000) ends 1 s behind
+    (window,) = stream.flush()
+    assert (window.start_ms, window.revision, window.kind) == (1_000, 0, "full")
+    assert_frame_equal(as_reference(window), reference(late_rows), check_dtypes=False)
+    stream.send(P0, [("a", 1_300, 1.0, 1.0)])
+    (update,) = stream.flush()
+    assert (update.revision, update.kind, update.frame["k"].to_list()) == (1, "update", ["a"])
+
+
 def test_revisions_number_on_and_one_flush_gathers_a_windows_changes() -> None:
     stream = Stream(engine())
     stream.engine.assign(P0, None, None, 0)

@@ -315,5 +315,8 @@ class SessionSet:
                 int(part.get_column(FIRST).min()),  # type: ignore[arg-type]
                 int(part.get_column(END).max()),  # type: ignore[arg-type]
                 frame, int(frame.get_column(ROW_COUNT).sum()),
-                final=final, revision=int(revision)))
+                # Like a time window's: whole when it goes out once, else each revision
+                # holds the rows since the previous one (the subscriber adds them up).
+                final=final, revision=int(revision),
+                kind="full" if final and revision == 0 else "delta"))
         return out

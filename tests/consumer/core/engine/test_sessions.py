@@ -213,12 +213,14 @@ def test_an_early_revision_releases_every_offset_and_the_session_goes_on() -> No
     engine.assign(P0, None, None, now_ms=0)
     feed(engine, P0, 0, [row("a", 1_000, 1.0), row("b", 1_000, 2.0)], now_ms=1)
     early = engine.emit_early(1)
-    assert [(w.final, w.revision, w.input_rows) for w in early] == [(False, 0, 2)]
+    assert [(w.final, w.revision, w.kind, w.input_rows) for w in early] == [
+        (False, 0, "delta", 2)]
     assert engine.commit_points()[P0].offset == 1
     assert engine.cardinality() == 2  # the bounds stay, the state is gone
     feed(engine, P0, 1, [row("a", 1_080, 4.0)], now_ms=2)
     closed = engine.close_due(10**9)
-    assert [(w.final, w.revision, w.input_rows) for w in closed] == [(True, 1, 1)]
+    assert [(w.final, w.revision, w.kind, w.input_rows) for w in closed] == [
+        (True, 1, "delta", 1)]  # rows since the early revision, to add to it
     assert starts_ends(closed) == [(1_000, 1_180)]  # b's session closed with nothing new
 
 

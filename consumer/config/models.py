@@ -173,7 +173,7 @@ class WindowSettings(_Section):
     # output.late_topic (or counts it when none is set); "revise" merges it into the
     # window, kept until the watermark passes its end + revision_lateness_ms, and emits the
     # changed groups as the window's next revision (rows later than that: as "topic");
-    # "drop" counts it. docs/wire-format.md, "Revisions".
+    # "drop" counts it. docs/wire-format.md, "Late-data revisions".
     late: Literal["topic", "revise", "drop"] = "topic"
     revision_lateness_ms: PositiveInt | None = None
 

@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartitio
 
 from consumer.config import ProcessingSettings
 from consumer.core.offsets import CommitMetadata, CommitPoint
-from consumer.core.pipeline import Counters, Flush, PollPipeline
+from consumer.core.poll import Counters, Flush, PollPipeline
 from consumer.core.types import InputMessage, PartitionKey, partition_names
 from consumer.kafka.clients import InputConsumer, take_batch
 from consumer.kafka.sink import AbortRequiredError, FatalKafkaError, OutputSink

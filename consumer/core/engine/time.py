@@ -50,7 +50,7 @@ from consumer.core.window_store import Taken, WindowStore
 from consumer.core.windows import WindowSpec, to_epoch_ms, window_ranges, with_window_start
 from wire.output import RevisionKind
 
-EVENT_MS = "__event_ms"
+_EVENT_MS = "__event_ms"
 
 
 class TimeWindowEngine:
@@ -172,7 +172,7 @@ class TimeWindowEngine:
 
     def _windowed(self, frame: pl.LazyFrame, now_ms: int) -> pl.LazyFrame:
         with_event = frame.with_columns(self._event_expr(now_ms))
-        return with_window_start(with_event, EVENT_MS, self._spec).drop(EVENT_MS)
+        return with_window_start(with_event, _EVENT_MS, self._spec).drop(_EVENT_MS)
 
     def _old_bounds(self, ref: MessageRef, now_ms: int) -> Bounds | None:
         """Where the message's rows of emitted windows go (emitted_rows.py), when it may
@@ -225,10 +225,10 @@ class TimeWindowEngine:
 
     def _event_expr(self, now_ms: int) -> pl.Expr:
         if not self._event_time:
-            return pl.lit(now_ms, pl.Int64).alias(EVENT_MS)
+            return pl.lit(now_ms, pl.Int64).alias(_EVENT_MS)
         assert self._plan.time_column is not None  # noqa: S101 - checked in __init__
         assert self._time_dtype is not None  # noqa: S101
-        return to_epoch_ms(self._plan.time_column, self._time_dtype).alias(EVENT_MS)
+        return to_epoch_ms(self._plan.time_column, self._time_dtype).alias(_EVENT_MS)
 
     def _last_end(self, event_ms: int | None) -> int:
         if event_ms is None:

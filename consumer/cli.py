@@ -40,6 +40,7 @@ from consumer.kafka.topics import (
     topic_specs,
 )
 from consumer.service.logs import configure_logging
+from wire.broker import DEFAULT_BOOTSTRAP
 from wire.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArrowaggError, UsageError
 from wire.files import read_table
 from wire.input import DecodeLimits, decode_ipc_stream
@@ -47,7 +48,6 @@ from wire.input import DecodeLimits, decode_ipc_stream
 log = logging.getLogger("consumer")
 
 DEFAULT_CONFIG = Path("config.yaml")
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BROKER_TIMEOUT_S = 10.0
 
 

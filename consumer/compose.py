@@ -17,8 +17,9 @@ from consumer.core.engine.base import WindowEngine
 from consumer.core.engine.count import CountWindowEngine
 from consumer.core.engine.session import SessionWindowEngine
 from consumer.core.engine.time import TimeWindowEngine
-from consumer.core.pipeline import Pipeline, PollPipeline
+from consumer.core.pipeline import Pipeline
 from consumer.core.plan import AggregationPlan, Override, Quantile, derive_plan
+from consumer.core.poll import PollPipeline
 from consumer.core.sessions import SessionSpec
 from consumer.core.stage_one import PartialWindows
 from consumer.core.stage_two import StageTwo

@@ -23,12 +23,12 @@ from tqdm import tqdm
 
 from producer.generate import SENSOR_SCHEMA, sensor_batch
 from producer.publisher import FRAMING_BYTES, BrokerUnreachableError, Publisher, PublishError
+from wire.broker import DEFAULT_BOOTSTRAP
 from wire.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ArrowaggError, UsageError
 from wire.files import InputFile
 from wire.input import Compression, WireFormatError
 from wire.split import RowTooBigError
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 CHECK_TIMEOUT_S = 10.0
 
 

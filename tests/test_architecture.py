@@ -1,8 +1,11 @@
 """The layering of docs/design.md is enforced by import-linter's contracts in
-pyproject.toml: here they hold, and a forbidden import breaks them."""
+pyproject.toml: here they hold, and a forbidden import breaks them. And the project's
+two rules of size and naming hold: no module over 400 lines, no public name defined in
+two modules."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -12,6 +15,9 @@ from pathlib import Path
 from tests.conftest import REPO
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+MAX_MODULE_LINES = 400
+# Loggers and entry points: every module may have its own.
+CONVENTIONAL_NAMES = frozenset({"log", "main"})
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
@@ -54,3 +60,41 @@ def test_the_output_format_importing_the_daemon_breaks_the_build(tmp_path: Path)
     done = lint_imports(tree)
     assert done.returncode == 1
     assert "wire.output -> consumer.core.types" in done.stdout
+
+
+def modules(*packages: str) -> list[Path]:
+    return sorted(path for package in packages for path in (REPO / package).rglob("*.py"))
+
+
+def defined_names(module: Path) -> set[str]:
+    """The public names a module defines at its top level: functions, classes and
+    assigned names without a leading underscore (imports define nothing)."""
+    names: set[str] = set()
+    for node in ast.parse(module.read_text(), str(module)).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(n.id for target in node.targets for n in ast.walk(target)
+                         if isinstance(n, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if not n.startswith("_") and n not in CONVENTIONAL_NAMES}
+
+
+def test_no_module_is_over_400_lines() -> None:
+    lines = {path: len(path.read_text().splitlines())
+             for path in modules("consumer", "producer", "wire", "bench")}
+    over = [f"{path.relative_to(REPO)}: {count}" for path, count in lines.items()
+            if count > MAX_MODULE_LINES]
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split them): {', '.join(over)}"
+
+
+def test_no_public_name_is_defined_in_two_modules() -> None:
+    where: dict[str, list[str]] = {}
+    for path in modules("consumer", "producer", "wire"):
+        for name in defined_names(path):
+            where.setdefault(name, []).append(str(path.relative_to(REPO)))
+    twice = [f"{name} ({', '.join(paths)})" for name, paths in sorted(where.items())
+             if len(paths) > 1]
+    assert not twice, ("public names defined in more than one module (define each once, "
+                       f"import it elsewhere, or rename one): {'; '.join(twice)}")

@@ -34,14 +34,13 @@ from wire.input import (
     decode_ipc_stream,
     encode_for_size,
 )
+from wire.output import HEADER_WINDOW_END, HEADER_WINDOW_START
 
 HEADER_KIND: Final = "arrowagg.kind"
 HEADER_PLAN: Final = "arrowagg.plan"
-HEADER_WINDOW_START: Final = "arrowagg.window-start"
-HEADER_WINDOW_END: Final = "arrowagg.window-end"
 KIND_PARTIAL: Final = "partial"
 KIND_PROGRESS: Final = "progress"
-CONTENT_TYPE_JSON: Final = "application/json"
+CONTENT_TYPE_PROGRESS: Final = "application/json"  # one JSON document, not JSON lines
 
 
 class RepartitionFormatError(ArrowaggError):
@@ -92,7 +91,7 @@ def encode_progress(progress: Progress) -> tuple[bytes, list[tuple[str, bytes]]]
                        for p in progress.partitions],
         "windows": [list(w) for w in progress.windows],
     }, separators=(",", ":")).encode()
-    return value, [(HEADER_CONTENT_TYPE, CONTENT_TYPE_JSON.encode()),
+    return value, [(HEADER_CONTENT_TYPE, CONTENT_TYPE_PROGRESS.encode()),
                    (HEADER_KIND, KIND_PROGRESS.encode())]
 
 

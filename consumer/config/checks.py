@@ -49,17 +49,17 @@ def _window_key_owners(window: WindowSettings) -> dict[str, tuple[str, bool]]:
 # The commit metadata carries the revision number of each window kept for revisions
 # (consumer/core/offsets.py, Retention), and Kafka keeps at most 4096 bytes of it
 # (offset.metadata.max.bytes): ~20 bytes a window.
-MAX_KEPT_WINDOWS = 150
+MAX_RETAINED_WINDOWS = 150
 
 
 def _revision_problems(window: WindowSettings) -> Iterator[Problem]:
     if window.revision_lateness_ms is None or window.size_ms is None:
         return
     kept = window.revision_lateness_ms // (window.step_ms or window.size_ms) + 1
-    if kept > MAX_KEPT_WINDOWS:
+    if kept > MAX_RETAINED_WINDOWS:
         yield (("window", "revision_lateness_ms"),
                (f"keeps up to {kept} emitted windows for revisions (revision_lateness_ms / "
-                f"step); at most {MAX_KEPT_WINDOWS} fit the commit metadata that numbers "
+                f"step); at most {MAX_RETAINED_WINDOWS} fit the commit metadata that numbers "
                 "their revisions: shorten it or lengthen the windows"))
 
 

@@ -14,7 +14,7 @@ from consumer.core.types import InputMessage, OutputRecord
 from wire.errors import ArrowaggError, InputRejectedError
 from wire.input import HEADER_CHUNK, encode_for_size
 
-HEADER_PREFIX = "arrowagg.dlq."
+DLQ_HEADER_PREFIX = "arrowagg.dlq."
 # What a record costs beyond its key, value and headers (record batch and record framing),
 # with room to spare: the broker measures the whole batch against max.message.bytes.
 _RECORD_OVERHEAD = 512
@@ -37,9 +37,10 @@ def dead_letter(message: InputMessage, err: InputRejectedError, *, topic: str,
     value = message.value
     room = max_bytes - _RECORD_OVERHEAD - len(message.key or b"") - _size(headers)
     if value is not None and len(value) > room:
-        headers += [(HEADER_PREFIX + "truncated", b"true"),
-                    (HEADER_PREFIX + "original-size", str(len(value)).encode()),
-                    (HEADER_PREFIX + "original-sha256", hashlib.sha256(value).hexdigest().encode())]
+        headers += [(DLQ_HEADER_PREFIX + "truncated", b"true"),
+                    (DLQ_HEADER_PREFIX + "original-size", str(len(value)).encode()),
+                    (DLQ_HEADER_PREFIX + "original-sha256",
+                     hashlib.sha256(value).hexdigest().encode())]
         value = value[:max(0, room - _size(headers[-3:]))]
     return OutputRecord(topic, message.key, value, headers)
 
@@ -49,7 +50,7 @@ def dead_rows(message: InputMessage, rows: pa.Table, err: InputRejectedError, *,
     """Rows taken out of an otherwise valid message (``err`` says why), as Arrow IPC
     streams of those rows only, split by rows to fit ``max_bytes``."""
     headers = [*_origin(message, err, group_id),
-               (HEADER_PREFIX + "rows", str(rows.num_rows).encode())]
+               (DLQ_HEADER_PREFIX + "rows", str(rows.num_rows).encode())]
     room = max_bytes - _RECORD_OVERHEAD - _size(headers) - 32  # + the chunk header
     pieces = encode_for_size(rows, max_bytes=max(room, 1), compression="zstd")
     return [OutputRecord(topic, message.key, piece,
@@ -69,7 +70,7 @@ def _origin(message: InputMessage, err: InputRejectedError,
         "error-message": err.detail[:1000],
         "daemon-version": __version__,
     }
-    return [(HEADER_PREFIX + k, v.encode()) for k, v in fields.items()]
+    return [(DLQ_HEADER_PREFIX + k, v.encode()) for k, v in fields.items()]
 
 
 def _size(headers: Sequence[tuple[str, str | bytes | None]]) -> int:

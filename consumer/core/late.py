@@ -28,7 +28,7 @@ from consumer.core.types import (
 from wire.input import CONTENT_TYPE, HEADER_CHUNK, HEADER_CONTENT_TYPE, Compression, encode_for_size
 from wire.output import HEADER_WINDOW_END, HEADER_WINDOW_START
 
-HEADER_PREFIX = "arrowagg.late."
+LATE_HEADER_PREFIX = "arrowagg.late."
 
 
 def late_records(late: pl.DataFrame, refs: Sequence[MessageRef], *, topic: str,
@@ -46,9 +46,9 @@ def late_records(late: pl.DataFrame, refs: Sequence[MessageRef], *, topic: str,
                                  max_bytes=max_bytes, compression=compression)
         origin = [
             (HEADER_CONTENT_TYPE, CONTENT_TYPE.encode()),
-            (HEADER_PREFIX + "original-topic", ref.partition[0].encode()),
-            (HEADER_PREFIX + "original-partition", str(ref.partition[1]).encode()),
-            (HEADER_PREFIX + "original-offset", str(ref.offset).encode()),
+            (LATE_HEADER_PREFIX + "original-topic", ref.partition[0].encode()),
+            (LATE_HEADER_PREFIX + "original-partition", str(ref.partition[1]).encode()),
+            (LATE_HEADER_PREFIX + "original-offset", str(ref.offset).encode()),
             (HEADER_WINDOW_START, str(start).encode()),
             (HEADER_WINDOW_END, str(end).encode()),
         ]
@@ -67,7 +67,7 @@ def late_aggregate_records(late: ClosedWindow, *, topic: str, compression: Compr
     pieces = encode_for_size(late.frame.to_arrow(), max_bytes=max_bytes,
                              compression=compression)
     headers = [(HEADER_CONTENT_TYPE, CONTENT_TYPE.encode()),
-               (HEADER_PREFIX + "kind", b"aggregate"),
+               (LATE_HEADER_PREFIX + "kind", b"aggregate"),
                (HEADER_WINDOW_START, str(late.start_ms).encode()),
                (HEADER_WINDOW_END, str(late.end_ms).encode())]
     return [OutputRecord(topic, str(late.start_ms).encode(), value,

@@ -5,7 +5,8 @@ reject it to the dead-letter topic), add the poll's rows to the window engine, t
 rows and closed windows into output records, and say which input offsets those records
 let us commit. ``StreamProcessor`` (consumer/kafka/processor.py) feeds it what the
 consumer returns and hands what it gives to the sink; the benchmarks call the same
-object, so they measure the daemon's own code path.
+object, so they measure the daemon's own code path. What its calls return, and the
+interface the run loop sees, are in consumer/core/poll.py.
 
 Time is a parameter (``now_ms``) of every call. The pipeline keeps what it produced
 until the run loop says it is committed (``committed``), or throws it away with the
@@ -16,9 +17,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
 
 import polars as pl
 import pyarrow as pa
@@ -31,8 +31,9 @@ from consumer.core.engine.base import UnplannedEngine, WindowEngine
 from consumer.core.future import REASON as FUTURE
 from consumer.core.future import split_future, without_future_progress
 from consumer.core.late import late_records
-from consumer.core.offsets import CommitMetadata, CommitPoint
+from consumer.core.offsets import CommitMetadata
 from consumer.core.plan import AggregationPlan
+from consumer.core.poll import Consumed, Counters, Flush, Processed
 from consumer.core.types import (
     ClosedWindow,
     InputMessage,
@@ -47,80 +48,6 @@ log = logging.getLogger(__name__)
 # Builds the real engine once the first valid message has fixed the plan; the second
 # argument is the Polars type of the event-time column (None for processing time).
 EngineFactory = Callable[[AggregationPlan, pl.DataType | None], WindowEngine]
-
-
-@dataclass
-class Counters:
-    messages: int = 0
-    rows: int = 0  # rows the engine has taken (in a window, or found late); replays count again
-    rejected: int = 0
-    windows_emitted: int = 0  # in committed transactions
-    late_rows: int = 0
-    rejected_rows: int = 0  # rows taken out of valid messages (future event times)
-    commits: int = 0
-    aborts: int = 0
-    rejected_by_reason: dict[str, int] = field(default_factory=dict)
-
-    def copy(self) -> Counters:
-        return replace(self, rejected_by_reason=dict(self.rejected_by_reason))
-
-
-@dataclass(frozen=True)
-class Consumed:
-    """One message's rows taken into the engine."""
-
-    partition: PartitionKey
-    rows: int
-    nbytes: int
-
-
-@dataclass(frozen=True)
-class Processed:
-    """What one ``process`` call did, for the run loop to report."""
-
-    consumed: list[Consumed] = field(default_factory=list)
-    rejected: list[str] = field(default_factory=list)  # reason codes, one per message
-    late_rows: int = 0
-    rejected_rows: dict[str, int] = field(default_factory=dict)  # rows taken out, by reason
-
-
-@dataclass(frozen=True)
-class Flush:
-    """What the run loop must do at this turn's end: pause/resume partitions for the
-    memory budget, and, when ``commit`` is set, produce ``records`` and commit
-    ``offsets`` in one transaction."""
-
-    commit: bool
-    records: list[OutputRecord]
-    offsets: dict[PartitionKey, CommitPoint]
-    windows: list[ClosedWindow]
-    pause: list[PartitionKey] = field(default_factory=list)
-    resume: list[PartitionKey] = field(default_factory=list)
-
-
-class PollPipeline(Protocol):
-    """What the run loop drives: ``Pipeline``, or both stages of the scale-out
-    (consumer/core/two_stage.py)."""
-
-    counters: Counters
-
-    def assign(self, partition: PartitionKey, committed: int | None,
-               metadata: CommitMetadata | None, now_ms: int) -> None: ...
-    def revoke(self, partition: PartitionKey) -> None: ...
-    def restart(self, committed: Mapping[PartitionKey, tuple[int | None, CommitMetadata | None]],
-                now_ms: int) -> tuple[dict[PartitionKey, int | None], list[PartitionKey]]: ...
-    def keep_alive(self, partitions: Iterable[PartitionKey], now_ms: int) -> None: ...
-    def process(self, messages: Sequence[InputMessage], now_ms: int) -> Processed: ...
-    def flush(self, now_ms: int, *, force: bool = False) -> Flush: ...
-    def committed(self, flush: Flush, now_ms: int) -> None: ...
-    def assigned(self) -> dict[PartitionKey, int | None]: ...
-    def replaying(self) -> bool: ...
-    def open_windows(self) -> int: ...
-    def groups(self) -> int: ...
-    def pending_records(self) -> int: ...
-    def paused(self) -> int: ...
-    def waiting_windows(self) -> int: ...
-    def holding_back(self) -> list[PartitionKey]: ...
 
 
 @dataclass

@@ -3,9 +3,10 @@
 The default rules are those of DataFusion's ``build_sql_query`` example, which this
 project generalises: string and timestamp columns are group keys; numeric columns are
 summed, except that a name ending in ``_min`` or ``_max`` takes the minimum or maximum;
-every other type is skipped. The event-time column becomes the window, never a key.
-Configuration may name the keys explicitly and override any column's function, and add
-expressions of its own (consumer/core/expressions.py).
+every other type is skipped (consumer/core/column_types.py says which type is which).
+The event-time column becomes the window, never a key. Configuration may name the keys
+explicitly and override any column's function, and add expressions of its own
+(consumer/core/expressions.py).
 
 Most functions decompose: a window's result merges from partial results of its batches
 (consumer/core/aggregate.py). ``median``, ``quantile`` and ``n_unique``, and every user
@@ -22,6 +23,7 @@ from typing import Literal, get_args
 import polars as pl
 import pyarrow as pa
 
+from consumer.core.column_types import is_default_key, is_numeric, is_orderable, key_kind
 from consumer.core.expressions import ExpressionError, ParsedExpression, parse_expression
 from wire.errors import UsageError
 
@@ -241,42 +243,11 @@ def _place(
         return None, f"{f.type}, listed in aggregation.keys"
     if f.name in overrides:
         return overrides[f.name], f"{f.type}, configured in aggregation.columns"
-    if chosen_keys is None and _is_default_key(f.type):
-        return None, f"{f.type}, {_kind(f.type)} columns are group keys"
+    if chosen_keys is None and is_default_key(f.type):
+        return None, f"{f.type}, {key_kind(f.type)} columns are group keys"
     if is_numeric(f.type):
         return _numeric_rule(f.name, f.type)
     return SkippedColumn(f.name, str(f.type), _skip_reason(f.type, chosen_keys))
-
-
-def is_numeric(dtype: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(dtype) or pa.types.is_floating(dtype))
-
-
-def is_string(dtype: pa.DataType) -> bool:
-    """utf8, large_utf8, string_view, or a dictionary whose values are any of these."""
-    if pa.types.is_dictionary(dtype):
-        return is_string(dtype.value_type)
-    return bool(
-        pa.types.is_string(dtype)
-        or pa.types.is_large_string(dtype)
-        or pa.types.is_string_view(dtype)
-    )
-
-
-def _is_orderable(dtype: pa.DataType) -> bool:
-    temporal = (
-        pa.types.is_timestamp(dtype) or pa.types.is_date(dtype)
-        or pa.types.is_time(dtype) or pa.types.is_duration(dtype)
-    )
-    return bool(is_numeric(dtype) or is_string(dtype) or temporal)
-
-
-def _is_default_key(dtype: pa.DataType) -> bool:
-    return bool(is_string(dtype) or pa.types.is_timestamp(dtype))
-
-
-def _kind(dtype: pa.DataType) -> str:
-    return "string" if is_string(dtype) else "timestamp"
 
 
 def _numeric_rule(name: str, dtype: pa.DataType) -> tuple[AggFunc, str]:
@@ -287,9 +258,9 @@ def _numeric_rule(name: str, dtype: pa.DataType) -> tuple[AggFunc, str]:
 
 
 def _skip_reason(dtype: pa.DataType, chosen_keys: Sequence[str] | None) -> str:
-    if chosen_keys is not None and _is_default_key(dtype):
+    if chosen_keys is not None and is_default_key(dtype):
         return (
-            f"{_kind(dtype)} column ({dtype}) not among the configured keys "
+            f"{key_kind(dtype)} column ({dtype}) not among the configured keys "
             "(add it to aggregation.keys, or give it first/last/min/max/count)"
         )
     return f"type {dtype} has no default aggregation (give it one in aggregation.columns)"
@@ -354,7 +325,7 @@ def _check_overrides(
             raise PlanError(f"aggregation for {name!r}: it is the time column, not an aggregate")
         dtype = fields[name].type
         is_key = (name in chosen_keys if chosen_keys is not None
-                  else _is_default_key(dtype) and name not in unused)
+                  else is_default_key(dtype) and name not in unused)
         if is_key:
             raise PlanError(
                 f"aggregation for {name!r}: it is a group key (list the keys explicitly "
@@ -366,7 +337,7 @@ def _check_overrides(
 def _check_func_fits(name: str, func: AggFunc, dtype: pa.DataType) -> None:
     if func in ("sum", "mean", "median", "quantile") and not is_numeric(dtype):
         raise PlanError(f"aggregation for {name!r}: {func} needs a numeric column, not {dtype}")
-    if func in ("min", "max") and not _is_orderable(dtype):
+    if func in ("min", "max") and not is_orderable(dtype):
         raise PlanError(
             f"aggregation for {name!r}: {func} needs a numeric, temporal or string "
             f"column, not {dtype}"

@@ -17,11 +17,11 @@ import polars as pl
 
 from consumer.core.sessions import (
     BUCKET,
+    EARLY_REVISIONS,
     END,
     EVENT_MS,
     FIRST,
     LAST_SEQ,
-    REVISION,
     SCATTERED,
     SID,
     STATE_LAST,
@@ -177,7 +177,7 @@ def emptied_at_risk(sessions: pl.DataFrame | None, keys: Sequence[str], spec: Se
     if sessions is None:
         return None
     state_end = spec.end(pl.col(STATE_LAST), pl.col(BUCKET))
-    at_risk = (pl.col(REVISION) > 0) & (pl.col(ROWS) > 0) & (
+    at_risk = (pl.col(EARLY_REVISIONS) > 0) & (pl.col(ROWS) > 0) & (
         pl.col(SCATTERED) | (state_end <= frontier_ms))
     return sessions.filter(at_risk).select(*keys, SID)
 

@@ -36,13 +36,13 @@ END = "__session_end"
 BUCKET = "__session_bucket"
 SEQ = "__session_seq"
 LAST_SEQ = "__session_last_seq"
-REVISION = "__session_revision"
+EARLY_REVISIONS = "__session_revision"
 FRONTIER = "__session_frontier"
 STATE_FIRST = "__session_state_first"
 STATE_LAST = "__session_state_last"
 SCATTERED = "__session_scattered"
-_META = (FIRST, LAST, END, BUCKET, SEQ, LAST_SEQ, REVISION, FRONTIER, STATE_FIRST, STATE_LAST,
-         SCATTERED)
+_META = (FIRST, LAST, END, BUCKET, SEQ, LAST_SEQ, EARLY_REVISIONS, FRONTIER, STATE_FIRST,
+         STATE_LAST, SCATTERED)
 _KEY_GROUP = "__session_key_group"
 _GROUP = "__session_group"
 _IS_RUN = "__session_is_run"
@@ -135,7 +135,7 @@ class SessionSet:
 
     ``FIRST``/``LAST`` the first and last row's time, ``END`` the window end, ``BUCKET``
     the boundary interval, ``SEQ``/``LAST_SEQ`` the first and last poll (numbered by the
-    engine) whose rows it holds, ``REVISION`` how many early revisions went out, and
+    engine) whose rows it holds, ``EARLY_REVISIONS`` how many early revisions went out, and
     ``FRONTIER`` the lowest partition frontier among its rows. A session whose rows all
     went out in an early revision keeps its bounds with no state (``ROWS`` 0), so later
     rows still join it; ``STATE_FIRST``/``STATE_LAST`` bound the rows its state holds,
@@ -174,7 +174,7 @@ class SessionSet:
             (pl.col(RUN) + base).alias(SID), RUN, *self._keys, FIRST, LAST,
             spec.end(pl.col(LAST), pl.col(BUCKET)).alias(END), BUCKET,
             pl.lit(seq, pl.Int64).alias(SEQ), pl.lit(seq, pl.Int64).alias(LAST_SEQ),
-            pl.lit(0, pl.Int64).alias(REVISION), FRONTIER,
+            pl.lit(0, pl.Int64).alias(EARLY_REVISIONS), FRONTIER,
             pl.col(FIRST).alias(STATE_FIRST), pl.col(LAST).alias(STATE_LAST),
             pl.lit(value=False).alias(SCATTERED),
         )
@@ -232,10 +232,10 @@ class SessionSet:
         meta = renamed.group_by(SID).agg(
             *(pl.col(k).first() for k in self._keys),
             pl.col(FIRST).min(), pl.col(LAST).max(), pl.col(BUCKET).first(),
-            pl.col(SEQ).min(), pl.col(LAST_SEQ).max(), pl.col(REVISION).max(),
+            pl.col(SEQ).min(), pl.col(LAST_SEQ).max(), pl.col(EARLY_REVISIONS).max(),
             pl.col(FRONTIER).min(),
         ).with_columns(self._spec.end(pl.col(LAST), pl.col(BUCKET)).alias(END))
-        if (renamed.get_column(REVISION) > 0).any():
+        if (renamed.get_column(EARLY_REVISIONS) > 0).any():
             meta = meta.join(self._held(with_rows), on=SID)
         else:  # no early revision: the states hold every row of their sessions
             meta = meta.with_columns(pl.col(FIRST).alias(STATE_FIRST),
@@ -279,7 +279,8 @@ class SessionSet:
                  if name in self._aggregator.state_schema and name not in (SID, ROWS)]
         self._open = sessions.with_columns(
             *nulls, pl.lit(0, sessions.schema[ROWS]).alias(ROWS),
-            pl.lit(NO_SEQ, pl.Int64).alias(SEQ), (pl.col(REVISION) + 1).alias(REVISION),
+            pl.lit(NO_SEQ, pl.Int64).alias(SEQ),
+            (pl.col(EARLY_REVISIONS) + 1).alias(EARLY_REVISIONS),
             pl.lit(None, pl.Int64).alias(STATE_FIRST), pl.lit(None, pl.Int64).alias(STATE_LAST),
             pl.lit(value=False).alias(SCATTERED))
         return sessions
@@ -305,7 +306,7 @@ class SessionSet:
             return []
         out = []
         for (revision,), part in sessions.sort(FIRST).partition_by(
-                REVISION, as_dict=True, maintain_order=True).items():
+                EARLY_REVISIONS, as_dict=True, maintain_order=True).items():
             finalized = self._aggregator.finalize(part.select(
                 self._aggregator.state_schema.names()))
             bounds = part.select(pl.col(FIRST).cast(_UTC_MS).alias(WINDOW_START),

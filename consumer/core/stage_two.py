@@ -16,7 +16,7 @@ from consumer.core.emit import Routes
 from consumer.core.engine.merge import Completed, MergeEngine
 from consumer.core.late import late_aggregate_records
 from consumer.core.offsets import CommitMetadata, CommitPoint
-from consumer.core.pipeline import Consumed, Counters, Processed
+from consumer.core.poll import Consumed, Counters, Processed
 from consumer.core.types import ClosedWindow, InputMessage, OutputRecord, PartitionKey
 from wire.errors import ArrowaggError
 from wire.output import WindowEnd, encode_window, encode_window_end

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from consumer.core.offsets import CommitMetadata
-from consumer.core.pipeline import Counters, Flush, Pipeline, Processed
+from consumer.core.pipeline import Pipeline
+from consumer.core.poll import Counters, Flush, Processed
 from consumer.core.stage_two import StageTwo
 from consumer.core.types import InputMessage, PartitionKey
 

@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartitio
 
 from consumer.config import ProcessingSettings
 from consumer.core.offsets import CommitMetadata, CommitPoint
-from consumer.core.pipeline import Counters, Flush, PollPipeline
+from consumer.core.poll import Counters, Flush, PollPipeline
 from consumer.core.types import InputMessage, PartitionKey, partition_names
 from consumer.kafka.clients import InputConsumer, take_batch
 from consumer.kafka.sink import AbortRequiredError, FatalKafkaError, OutputSink
@@ -35,7 +35,7 @@ def now_ms() -> int:
 
 
 @dataclass(frozen=True)
-class Progress:
+class TurnSnapshot:
     """Where the daemon stood at the end of a turn of its loop: one consistent view.
 
     Another thread (a test, the bench) must read this, not the processor's attributes:
@@ -73,7 +73,7 @@ class StreamProcessor:
         self._fatal: FatalKafkaError | None = None  # met inside a rebalance callback
         self._closing = False
         self._stop = False
-        self.progress = Progress(0, Counters(), 0, 0, ready=False)
+        self.progress = TurnSnapshot(0, Counters(), 0, 0, ready=False)
 
     @property
     def counters(self) -> Counters:
@@ -257,8 +257,8 @@ class StreamProcessor:
         self._observer.state(open_windows=pipeline.open_windows(), groups=pipeline.groups(),
                              ready=ready, paused=pipeline.paused())
         self._observer.completeness(pipeline.waiting_windows(), pipeline.holding_back())
-        self.progress = Progress(self.progress.turns + 1, self.counters.copy(),
-                                 pipeline.open_windows(), pipeline.pending_records(), ready)
+        self.progress = TurnSnapshot(self.progress.turns + 1, self.counters.copy(),
+                                     pipeline.open_windows(), pipeline.pending_records(), ready)
 
     # -- recovery ----------------------------------------------------------------------
 

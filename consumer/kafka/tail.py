@@ -22,7 +22,7 @@ import polars as pl
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
 
 from consumer.config import KafkaSettings
-from consumer.core.dlq import HEADER_PREFIX as DLQ_PREFIX
+from consumer.core.dlq import DLQ_HEADER_PREFIX
 from consumer.kafka.clients import KafkaSetupError, cluster_metadata, quiet_config
 from wire.complete import WindowAssembler
 from wire.errors import UsageError
@@ -172,7 +172,7 @@ def read_dead_letters(source: Source, topic: str, *, from_beginning: bool = True
                                idle_timeout_s=idle_timeout_s, limit=limit):
         letter = _dead_letter(record)
         if letter is None:
-            problem = (f"{record.where} is not a dead letter (no {DLQ_PREFIX}error-class "
+            problem = (f"{record.where} is not a dead letter (no {DLQ_HEADER_PREFIX}error-class "
                        f"header){_hint(record)}")
             if on_skipped is None or not seen_one:
                 raise NotOutputError(problem)
@@ -184,9 +184,9 @@ def read_dead_letters(source: Source, topic: str, *, from_beginning: bool = True
 
 def _dead_letter(record: Record) -> DeadLetter | None:
     def field(name: str) -> str:
-        return record.header(DLQ_PREFIX + name) or ""
+        return record.header(DLQ_HEADER_PREFIX + name) or ""
 
-    if record.header(DLQ_PREFIX + "error-class") is None:
+    if record.header(DLQ_HEADER_PREFIX + "error-class") is None:
         return None
     origin = (f"{field('original-topic')}[{field('original-partition')}]"
               f"@{field('original-offset')}")
@@ -199,7 +199,7 @@ def _dead_letter(record: Record) -> DeadLetter | None:
 def _hint(record: Record) -> str:
     if record.header(HEADER_SCHEMA_FINGERPRINT) is not None:
         return "; it is arrowagg input: tail the output topic (output.topic)"
-    if record.header(DLQ_PREFIX + "error-class") is not None:
+    if record.header(DLQ_HEADER_PREFIX + "error-class") is not None:
         return "; it is a dead letter: use tail --dlq"
     return ""
 

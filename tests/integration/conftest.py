@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from consumer.compose import build_processor
 from consumer.config import Settings, settings_from_dict
-from consumer.kafka.processor import Progress, StreamProcessor
+from consumer.kafka.processor import StreamProcessor, TurnSnapshot
 from consumer.service.observer import ProcessorObserver
 from tests.conftest import KAFKA_LOCAL, REPO
 from wire.input import encode_ipc_stream, message_headers, schema_fingerprint
@@ -104,7 +104,7 @@ def wait_for(condition: Callable[[], bool], *, timeout_s: float, what: str,
 
 
 def wait_all_committed(daemon: RunningDaemon, settings: Settings, *, rows: int,
-                       timeout_s: float = 60) -> Progress:
+                       timeout_s: float = 60) -> TurnSnapshot:
     """Wait until everything published is in committed output, and say so only then.
 
     Three conditions, each meaning what it says: the daemon has taken ``rows`` rows into

@@ -4,7 +4,8 @@ row plus the gap; rows that bridge sessions merge them, across polls and partiti
 Time is event time (the plan's time column) or, for ``time: processing``, each
 message's Kafka timestamp: a replay must give every row the time it had before, and
 the daemon's clock cannot (docs/design.md, "Session windows", has the whole design:
-lateness, commit offsets, what the frontier means, and why a replay is exact).
+lateness, commit offsets, what the frontier means, and why a replay is exact). Which
+rows are late, and what is kept to tell, is in consumer/core/engine/session_late.py.
 """
 
 from __future__ import annotations
@@ -16,40 +17,25 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
+from consumer.core.engine.session_late import LateRows
 from consumer.core.engine.session_offsets import PollOffsets
 from consumer.core.engine.session_replay import SessionReplay, named_by_origin
 from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
 from consumer.core.plan import AggregationPlan
-from consumer.core.session_closed import (
-    CT_END,
-    CT_START,
-    LISTED_SEQ,
-    ClosedThrough,
-    ListedKeys,
-    emptied_at_risk,
-    listing,
-)
 from consumer.core.sessions import (
     END,
     EVENT_MS,
-    FIRST,
-    FRONTIER,
-    LAST_SEQ,
     ROW_FRONTIER,
-    RUN,
     SID,
     SessionSet,
     SessionSpec,
     SidAllocator,
     per_message,
-    with_runs,
 )
 from consumer.core.types import (
     MESSAGE_INDEX,
     NO_WINDOW,
     ROWS,
-    WINDOW_END,
-    WINDOW_START,
     ClosedWindow,
     MessageRef,
     PartitionKey,
@@ -90,7 +76,7 @@ class SessionWindowEngine:
         self._aggregator = PartialAggregator(plan, (SID,))
         self._sids = SidAllocator()
         self._open = SessionSet(self._aggregator, self._keys, spec, self._sids)
-        self._closed = ClosedThrough(self._keys)
+        self._late = LateRows(self._open, self._keys, spec)  # closed-through, listed keys
         self._offsets = OffsetTracker()
         self._watermarks = WatermarkTracker(
             allowed_lateness_ms=allowed_lateness_ms, idle_timeout_ms=idle_timeout_ms)
@@ -98,7 +84,6 @@ class SessionWindowEngine:
         self._closed_through: int | None = None  # the furthest this instance closed
         self._seq = 0  # polls, numbered: sessions remember the first and last they hold
         self._polls = PollOffsets()
-        self._listed = ListedKeys(self._keys)
         self._replay: SessionReplay | None = None
         # Late rows not handed out yet: (rows, their poll, their first message per partition)
         self._unreported: list[tuple[pl.DataFrame, int, dict[PartitionKey, int]]] = []
@@ -189,7 +174,7 @@ class SessionWindowEngine:
             replayed = per_message("replayed", [r.rows for r in refs],
                                    [int(self._replayed(r)) for r in refs]).cast(pl.Boolean)
             self._replay.take(rows, replayed, refs, seq, self._frontier_max())
-            self._take_matched(self._replay)
+            self._late.take_matched(self._replay)
             if not self._replay_over(now_ms):
                 return None
             self._end_replay(now_ms)
@@ -239,46 +224,11 @@ class SessionWindowEngine:
         return progress is not None and ref.offset < progress.replay_until
 
     def _live(self, rows: pl.DataFrame, columns: list[str], seq: int) -> pl.DataFrame | None:
-        """Late rows out (rule 1: before their keys' closed end; rule 2: their session
-        would close at once), the rest merged into the open sessions."""
-        late = []
-        frontier = self._frontier_max()
-        if len(self._closed) and frontier is not None and bool(
-                (rows.get_column(EVENT_MS) < frontier).any()):
-            rows, reopening = self._closed.split_late(rows)
-            if reopening.height:
-                self._list_last_gap(reopening, seq)
-                late.append(_late_frame(reopening, columns, CT_START, CT_END))
-        if rows.height:
-            runs_rows = with_runs(rows, self._keys, self._spec)
-            lone = self._open.merge_in(self._open.runs(runs_rows, seq))
-            closed_at_once = pl.col(END) <= pl.col(FRONTIER)
-            self._open.add(lone.filter(~closed_at_once))
-            gone = lone.filter(closed_at_once)
-            if gone.height:
-                self._closed.record(gone)
-                runs_late = runs_rows.join(gone.select(RUN, FIRST, END), on=RUN)
-                late.append(_late_frame(runs_late, columns, FIRST, END))
-        if not late:
-            return None
-        out = pl.concat(late)
-        self.late_rows += out.height
+        """Late rows out, the rest merged into the open sessions (session_late.py)."""
+        out = self._late.take(rows, columns, seq, self._frontier_max())
+        if out is not None:
+            self.late_rows += out.height
         return out
-
-    def _list_last_gap(self, reopening: pl.DataFrame, seq: int) -> None:
-        """Keys whose late rows lie within a gap of the end they would reopen: a replay
-        could not tell them from rows of an open session (docs/design.md)."""
-        near = reopening.filter(pl.col(EVENT_MS) + self._spec.gap_ms > pl.col(CT_END))
-        self._listed.add(near.select(*self._keys, CT_END), seq)
-
-    def _take_matched(self, replay: SessionReplay) -> None:
-        """Listed keys met in the replay stay listed, and closed through their time."""
-        for table, seq in replay.matched:
-            self._listed.add(table, seq)
-            self._closed.record(table.select(
-                *self._keys, pl.col(CT_END).alias(FIRST), pl.col(CT_END).alias(END),
-                pl.lit(seq, pl.Int64).alias(LAST_SEQ)))
-        replay.matched.clear()
 
     def _report(self) -> pl.DataFrame | None:
         """Late rows not yet handed out; rows of earlier polls name their message."""
@@ -304,7 +254,7 @@ class SessionWindowEngine:
         log.info("session replay over: %d replayed rows were in emitted sessions (skipped), "
                  "%d open sessions rebuilt, %d polls of new rows waited", skipped,
                  still_open.height, len(replay.held))
-        self._closed.record(emitted)
+        self._late.record(emitted)
         self._open.add(self._open.merge_in(still_open))
         for held in replay.held:
             ours = (EVENT_MS, MESSAGE_INDEX, ROW_FRONTIER)
@@ -335,7 +285,7 @@ class SessionWindowEngine:
             due = self._open.pop(pl.col(END) <= watermark.value_ms)
             through = watermark.value_ms
         closed = self._open.results(due, final=True)
-        self._closed.record(due)
+        self._late.record(due)
         if through is not None:
             self._advance(through)
         self._prune()
@@ -370,21 +320,14 @@ class SessionWindowEngine:
         """Forget polls, listed keys and closed keys nothing can replay or reach."""
         min_seq = self._min_seq()
         self._polls.prune(min_seq)
-        self._listed.prune(min_seq)
-        self._closed.prune(min_seq, self._closed_through, self._spec.gap_ms, self._open.frame())
+        self._late.prune(min_seq, self._closed_through)
 
     def _listed_now(self, *, at_most: int | None = None) -> tuple[tuple[int, int], ...] | None:
         """The keys to list in the commit metadata, with the time splitting their rows
         (None: more than ``at_most``)."""
-        min_seq = self._min_seq()
-        late = self._listed.frame()
-        if late is not None:
-            late = late.filter(pl.col(LISTED_SEQ) >= min_seq) if min_seq is not None \
-                else late.clear()
-        emptied = None if self._closed_through is None else emptied_at_risk(
-            self._open.frame(), self._keys, self._spec, self._closed_through)
         restored = {} if self._replay is None else self._replay.listed
-        return listing(self._keys, late, emptied, self._closed, restored, at_most=at_most)
+        return self._late.listing(self._min_seq(), self._closed_through, restored,
+                                  at_most=at_most)
 
     def commit_points(self) -> dict[PartitionKey, CommitPoint]:
         listed = self._listed_now() or ()  # bounded by close_due's overflow check
@@ -432,11 +375,6 @@ class SessionWindowEngine:
         replay = 0 if self._replay is None else len(self._replay.sessions) + len(
             self._replay.held)
         return len(self._open) + replay + len(self._unreported)
-
-
-def _late_frame(rows: pl.DataFrame, columns: list[str], start: str, end: str) -> pl.DataFrame:
-    return rows.select(*columns, MESSAGE_INDEX, pl.col(start).alias(WINDOW_START),
-                       pl.col(end).alias(WINDOW_END))
 
 
 def _rows_in(sessions: pl.DataFrame) -> int:

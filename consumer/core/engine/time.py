@@ -3,9 +3,10 @@ watermark) or by processing time (the wall clock when the batch arrives).
 
 Rows arrive with the coordinates of the messages they came from (``MessageRef``); the
 engine keeps per-partition progress so that a replay after a restart or a takeover
-skips what was emitted and calls late only what is. With ``revise_within_ms``
-(``window.late: revise``) emitted windows are kept that long past their end
-(consumer/core/engine/retained.py), and late rows within it revise them.
+skips what was emitted and calls late only what is (consumer/core/engine/progress.py,
+emitted_rows.py). With ``revise_within_ms`` (``window.late: revise``) emitted windows
+are kept that long past their end (consumer/core/engine/retained.py), and late rows
+within it revise them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ from dataclasses import replace
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
+from consumer.core.engine.emitted_rows import (
+    KEPT_AFTER,
+    LATE_THROUGH,
+    MARKS,
+    SKIP_THROUGH,
+    Bounds,
+    emitted_bounds,
+    mark_messages,
+)
 from consumer.core.engine.progress import PartitionFrontier, later, settle_retention
 from consumer.core.engine.retained import RetainedWindows
 from consumer.core.offsets import (
@@ -40,10 +50,7 @@ from consumer.core.window_store import Taken, WindowStore
 from consumer.core.windows import WindowSpec, to_epoch_ms, window_ranges, with_window_start
 from wire.output import RevisionKind
 
-EVENT_MS = "__event_ms"
-_SKIP_THROUGH = "__skip_through"
-_LATE_THROUGH = "__late_through"
-_KEPT_AFTER = "__kept_after"
+_EVENT_MS = "__event_ms"
 
 
 class TimeWindowEngine:
@@ -165,59 +172,42 @@ class TimeWindowEngine:
 
     def _windowed(self, frame: pl.LazyFrame, now_ms: int) -> pl.LazyFrame:
         with_event = frame.with_columns(self._event_expr(now_ms))
-        return with_window_start(with_event, EVENT_MS, self._spec).drop(EVENT_MS)
+        return with_window_start(with_event, _EVENT_MS, self._spec).drop(_EVENT_MS)
 
-    def _old_bounds(self, ref: MessageRef, now_ms: int) -> tuple[int, int, int] | None:
-        """``(skip_through, late_through, kept_after)`` when the message may hold rows of
-        windows its partition emitted: rows in windows ending at or before
-        ``skip_through`` were emitted before a restart (skipped, or with late: revise
-        rebuilding kept windows ending after ``kept_after``), up to ``late_through`` they
-        are late (revising the kept windows ending after ``kept_after``)."""
-        progress = self._progress.get(ref.partition)
-        if progress is None or progress.frontier is None:
-            return None
-        replayed = ref.offset < progress.replay_until
-        skip_through = progress.replayed_frontier if replayed else None
-        through = later(progress.frontier, skip_through)
+    def _old_bounds(self, ref: MessageRef, now_ms: int) -> Bounds | None:
+        """Where the message's rows of emitted windows go (emitted_rows.py), when it may
+        hold any."""
         first_ms = ref.min_event_ms if self._event_time else now_ms
-        if through is None or first_ms is None or _first_end(first_ms, self._spec) > through:
-            return None
-        kept_after = through if self._retained is None else progress.kept_after
-        return ((NO_WINDOW if skip_through is None else skip_through), through,
-                NO_WINDOW if kept_after is None else kept_after)
+        return emitted_bounds(self._progress.get(ref.partition), ref, first_ms, self._spec,
+                              revising=self._retained is not None)
 
     def _split_old(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
-                   bounds: list[tuple[int, int, int] | None], now_ms: int,
+                   bounds: list[Bounds | None], now_ms: int,
                    ) -> tuple[pl.LazyFrame, pl.DataFrame | None]:
         """Drop replayed rows of emitted windows; take out late rows; keep the rest.
         With late: revise, rows of kept windows go to them: a replay's rebuild them,
         late ones revise them."""
-        counts = pl.Series([r.rows for r in refs], dtype=pl.Int64)
-        marks = (_SKIP_THROUGH, _LATE_THROUGH, _KEPT_AFTER)
-        marked = frame.with_columns(
-            *(_per_row(name, counts, [NO_WINDOW if b is None else b[i] for b in bounds])
-              for i, name in enumerate(marks)),
-            _per_row(MESSAGE_INDEX, counts, list(range(len(refs)))),
-        )  # before windowing, so hopping windows repeat them with their row
+        marked = mark_messages(frame, refs, bounds)
+        # Marked before windowing, so hopping windows repeat the marks with their row.
         windowed = self._windowed(marked.lazy(), now_ms).collect()
         end = pl.col(WINDOW_START) + self._spec.size_ms
-        emitted_before = end <= pl.col(_SKIP_THROUGH)
-        emitted_now = ~emitted_before & (end <= pl.col(_LATE_THROUGH))
-        kept = end > pl.col(_KEPT_AFTER)
+        emitted_before = end <= pl.col(SKIP_THROUGH)
+        emitted_now = ~emitted_before & (end <= pl.col(LATE_THROUGH))
+        kept = end > pl.col(KEPT_AFTER)
         self.skipped_replayed_rows += windowed.filter(emitted_before & ~kept).height
-        late = windowed.filter(emitted_now & ~kept).drop(marks).with_columns(
+        late = windowed.filter(emitted_now & ~kept).drop(MARKS).with_columns(
             end.alias(WINDOW_END))
         self.late_rows += late.height
         if self._retained is not None:
             self._keep_rows(windowed.filter(emitted_before & kept), changed=False)
             self._keep_rows(windowed.filter(emitted_now & kept), changed=True)
-        rest = windowed.filter(~emitted_before & ~emitted_now).drop(*marks, MESSAGE_INDEX)
+        rest = windowed.filter(~emitted_before & ~emitted_now).drop(*MARKS, MESSAGE_INDEX)
         return rest.lazy(), (late if late.height else None)
 
     def _keep_rows(self, rows: pl.DataFrame, *, changed: bool) -> None:
         """Rows of kept windows: a replay's (rebuilding them) or late ones (revising)."""
         assert self._retained is not None  # noqa: S101 - called with late: revise only
-        rows = rows.drop(_SKIP_THROUGH, _LATE_THROUGH, _KEPT_AFTER, MESSAGE_INDEX)
+        rows = rows.drop(*MARKS, MESSAGE_INDEX)
         ends = {s: s + self._spec.size_ms for s in rows[WINDOW_START].unique().to_list()}
         self._retained.add(rows, ends, changed=changed)
         if changed:
@@ -235,10 +225,10 @@ class TimeWindowEngine:
 
     def _event_expr(self, now_ms: int) -> pl.Expr:
         if not self._event_time:
-            return pl.lit(now_ms, pl.Int64).alias(EVENT_MS)
+            return pl.lit(now_ms, pl.Int64).alias(_EVENT_MS)
         assert self._plan.time_column is not None  # noqa: S101 - checked in __init__
         assert self._time_dtype is not None  # noqa: S101
-        return to_epoch_ms(self._plan.time_column, self._time_dtype).alias(EVENT_MS)
+        return to_epoch_ms(self._plan.time_column, self._time_dtype).alias(_EVENT_MS)
 
     def _last_end(self, event_ms: int | None) -> int:
         if event_ms is None:
@@ -397,14 +387,3 @@ class TimeWindowEngine:
 
     def open_window_count(self) -> int:
         return len(self._store.open_windows())
-
-
-def _per_row(name: str, counts: pl.Series, values: list[int]) -> pl.Series:
-    """One value per message, repeated for each of its ``counts`` rows."""
-    index = pl.int_range(0, counts.len(), eager=True).repeat_by(counts).explode()
-    return pl.Series(name, values, dtype=pl.Int64).gather(index)
-
-
-def _first_end(ts_ms: int, spec: WindowSpec) -> int:
-    """The end of the earliest window holding ``ts_ms``."""
-    return window_ranges(ts_ms, spec)[0][1]

@@ -26,6 +26,7 @@ from pydantic import (
 
 from consumer.core.expressions import ExpressionError, parse_expression
 from consumer.core.plan import AggFunc
+from wire.broker import DEFAULT_BOOTSTRAP
 from wire.errors import UsageError
 
 ENV_PREFIX = "ARROWAGG_"
@@ -109,7 +110,7 @@ class SecuritySettings(_Section):
 
 
 class KafkaSettings(_Section):
-    bootstrap_servers: str = Field(default="127.0.0.1:9092", min_length=1)
+    bootstrap_servers: str = Field(default=DEFAULT_BOOTSTRAP, min_length=1)
     group_id: str = Field(default="arrowagg", min_length=1)
     client_id: str = "arrowagg"
     security: SecuritySettings = Field(default_factory=SecuritySettings)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
+from consumer.core.engine.progress import later
 from consumer.core.engine.session_late import LateRows
 from consumer.core.engine.session_offsets import PollOffsets
 from consumer.core.engine.session_replay import SessionReplay, named_by_origin
@@ -101,7 +102,7 @@ class SessionWindowEngine:
             progress = _Progress(self._closed_through)
         else:
             progress = _Progress(metadata.frontier)
-            self._closed_through = _later(self._closed_through, metadata.frontier)
+            self._closed_through = later(self._closed_through, metadata.frontier)
         self._progress[partition] = progress
         self._watermarks.assign(partition, now_ms, None)
         if metadata is None:
@@ -292,9 +293,9 @@ class SessionWindowEngine:
         return closed + self._overflow(now_ms)
 
     def _advance(self, through_ms: int) -> None:
-        self._closed_through = _later(self._closed_through, through_ms)
+        self._closed_through = later(self._closed_through, through_ms)
         for progress in self._progress.values():
-            progress.frontier = _later(progress.frontier, through_ms)
+            progress.frontier = later(progress.frontier, through_ms)
 
     def _overflow(self, now_ms: int) -> list[ClosedWindow]:
         if self._listed_now(at_most=MAX_LISTED_KEYS) is not None:
@@ -339,7 +340,7 @@ class SessionWindowEngine:
         points = {}
         for partition in self._offsets.partitions():
             progress = self._progress.get(partition) or _Progress(self._closed_through)
-            seen = _later(self._watermarks.max_event_ms(partition), progress.restored_max_ms)
+            seen = later(self._watermarks.max_event_ms(partition), progress.restored_max_ms)
             point = self._offsets.commit_point(partition, progress.frontier, seen)
             if point is None:
                 continue
@@ -379,9 +380,3 @@ class SessionWindowEngine:
 
 def _rows_in(sessions: pl.DataFrame) -> int:
     return int(sessions.get_column(ROWS).sum()) if sessions.height else 0
-
-
-def _later(a: int | None, b: int | None) -> int | None:
-    if a is None:
-        return b
-    return a if b is None else max(a, b)

@@ -10,6 +10,11 @@ interleaved. Each stage below leaves out more of what arrowagg must do:
   writes for a batch job; no output;
 - ``polars_group_by``: that ``group_by`` alone, over the frame built before the clock
   starts: the engine's grouping floor on this data;
+- ``int_key_in_query``: the same groups on **one** Int64 key (window index and the keys'
+  stable ids packed into its bits), the key computed inside the streaming query;
+- ``int_key_group_by``: that key built before the clock, the ``group_by`` alone: what
+  Polars takes when all it groups on is one integer (issue 15's "Polars' own
+  integer-key speed");
 - ``output``: ``wire.output.encode_window`` of arrowagg's own result windows alone
   (Arrow IPC, zstd, 1 MB messages), which no peer does.
 
@@ -55,6 +60,40 @@ def _group_by(frame: pl.DataFrame, payloads: Payloads) -> pl.DataFrame:
     ).collect(engine="streaming")
 
 
+def _packed_key(frame: pl.DataFrame, payloads: Payloads) -> pl.Expr:
+    """One Int64 per (window, keys): the window index above each key's stable id.
+
+    Dictionary keys arrive as categoricals whose physical ids are stable across
+    messages; plain keys are cast to categoricals of their own first. The bit widths come
+    from the data, so the packing is one-to-one (checked: at most 63 bits)."""
+    plan = derive_plan(kernel.schema_of(payloads.values[0]), time_column="ts")
+    categories = pl.Categorical(pl.Categories("bench.floor.keys"))
+    ids = [(pl.col(k) if isinstance(frame.schema[k], pl.Categorical) else
+            pl.col(k).cast(categories)).to_physical().cast(pl.Int64) for k in plan.keys]
+    window = pl.col("ts").dt.epoch("ms") // WINDOW_MS
+    tops = frame.select((window.max() - window.min()).alias("w"),
+                        *(i.max().alias(f"k{n}") for n, i in enumerate(ids))).row(0)
+    widths = [int(top).bit_length() for top in tops]
+    if sum(widths) > 63:
+        raise ValueError(f"the key needs {sum(widths)} bits; the floor packs into 63")
+    key = window - int(frame.select(window.min()).item())
+    for width, one in zip(widths[1:], ids, strict=True):
+        key = key * (1 << width) + one
+    return key.alias("key")
+
+
+def _aggregates(payloads: Payloads) -> list[pl.Expr]:
+    plan = derive_plan(kernel.schema_of(payloads.values[0]), time_column="ts")
+    funcs = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
+    return [*(funcs[a.func](pl.col(a.name)) for a in plan.aggregates),
+            pl.len().alias("row_count")]
+
+
+def _int_key_group_by(frame: pl.LazyFrame, key: pl.Expr | str,
+                      payloads: Payloads) -> pl.DataFrame:
+    return frame.group_by(key).agg(_aggregates(payloads)).collect(engine="streaming")
+
+
 def run_polars_from_bytes(payloads: Payloads, _poll: int) -> pl.DataFrame:
     return _group_by(_frame(payloads), payloads)
 
@@ -73,20 +112,34 @@ def _timed(runners: dict[str, Callable[[], Any]], repetitions: int) -> dict[str,
 def measure(built: Payloads, *, repetitions: int, poll_messages: int) -> dict[str, Any]:
     """Median seconds of arrowagg, DataFusion and the Polars floor stages, interleaved."""
     frame = _frame(built)
+    key = _packed_key(frame, built)
+    keyed = frame.with_columns(key)
     windows = _windows(built, poll_messages)
-    kernel.check_agreement({"arrowagg": kernel.run_arrowagg(built, poll_messages),
+    reference = kernel.run_arrowagg(built, poll_messages)
+    kernel.check_agreement({"arrowagg": reference,
                             "polars_from_bytes": run_polars_from_bytes(built, poll_messages)})
+    _check_int_key(_int_key_group_by(keyed.lazy(), "key", built), reference)
     runners: dict[str, Callable[[], Any]] = {
         "arrowagg": lambda: kernel.run_arrowagg(built, poll_messages),
         "datafusion": lambda: kernel.run_datafusion(built, poll_messages),
         "polars_from_bytes": lambda: run_polars_from_bytes(built, poll_messages),
         "polars_group_by": lambda: _group_by(frame, built),
+        "int_key_in_query": lambda: _int_key_group_by(frame.lazy(), key, built),
+        "int_key_group_by": lambda: _int_key_group_by(keyed.lazy(), "key", built),
         "output": lambda: [_encode(w) for w in windows],
     }
     seconds = _timed(runners, repetitions)
     medians = {name: statistics.median(runs) for name, runs in seconds.items()}
     return {"case": built.case.name, "encoding": built.encoding, "rows": built.rows,
             "median_s": medians, "seconds": seconds}
+
+
+def _check_int_key(grouped: pl.DataFrame, reference: pl.DataFrame) -> None:
+    """The integer key makes arrowagg's groups: as many, with the same row counts."""
+    got = grouped.get_column("row_count").sort().to_list()
+    want = reference.get_column("row_count").sort().to_list()
+    if got != want:
+        raise AssertionError(f"the packed key gives {len(got)} groups, arrowagg {len(want)}")
 
 
 def _windows(built: Payloads, poll_messages: int) -> list[ClosedWindow]:

@@ -26,6 +26,7 @@ from pyarrow import ipc
 from wire.errors import InputRejectedError
 from wire.ipc_sizes import declared_batches
 from wire.split import RowTooBigError, split_encoded
+from wire.validate import validate_batch
 
 CONTENT_TYPE: Final = "application/vnd.apache.arrow.stream"
 HEADER_CONTENT_TYPE: Final = "content-type"
@@ -254,7 +255,7 @@ def _read_validated(stream: memoryview, limits: DecodeLimits, *, allow_trailing:
     for batch in reader:
         # A plain read checks little; full validation catches bad offsets and invalid
         # UTF-8 before Polars or a compute kernel trips over them.
-        batch.validate(full=True)
+        validate_batch(batch)
         rows += batch.num_rows
         decoded_bytes += batch.get_total_buffer_size()
         _enforce(limits, rows, decoded_bytes)

@@ -65,9 +65,12 @@ def schema_fingerprint(schema: pa.Schema) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def encode_ipc_stream(data: pa.Table | pa.RecordBatch, compression: Compression = "none") -> bytes:
-    """Encode ``data`` as one complete Arrow IPC stream (schema, batches, end-of-stream)."""
-    options = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+def encode_ipc_stream(data: pa.Table | pa.RecordBatch, compression: Compression = "none",
+                      *, threads: bool = True) -> bytes:
+    """Encode ``data`` as one complete Arrow IPC stream (schema, batches, end-of-stream);
+    ``threads``: whether the writer may compress columns on Arrow's own threads."""
+    options = ipc.IpcWriteOptions(compression=None if compression == "none" else compression,
+                                  use_threads=threads)
     sink = pa.BufferOutputStream()
     with ipc.new_stream(sink, data.schema, options=options) as writer:
         writer.write(data)

@@ -3,23 +3,31 @@
 ``wire.input.encode_for_size`` is the public entry; this module knows nothing of the
 wire format beyond the ``encode`` function it is handed. Pieces are encoded on a small
 thread pool: the IPC writer and its compressors release the GIL, and a big window's
-result (a million groups) is tens of megabytes to compress.
+result (a million groups) is tens of megabytes to compress. The pool's pieces are
+encoded with the writer's own threads off (``threads=False``): both would compete for
+the same cores, and five 1M-row windows encoded in 0.854 s with them, 0.754 s without.
+A table encoded whole keeps them, as there they are the only parallelism.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from wire.errors import ArrowaggError
 
-Encode = Callable[[pa.Table], bytes]
+
+class Encode(Protocol):
+    def __call__(self, table: pa.Table, *, threads: bool = True) -> bytes:
+        """``table`` encoded; ``threads``: whether the encoder may use threads of its own."""
+        ...
+
 
 # A table whose in-memory size is this many times the limit is split without first being
 # encoded whole (Arrow IPC compression rarely shrinks tabular data tenfold).
@@ -71,7 +79,8 @@ def split_encoded(table: pa.Table, max_bytes: int, encode: Encode) -> list[bytes
             return [whole]
         rows = limit.rows_that_fit(table.num_rows, len(whole))
     starts = range(0, table.num_rows, rows)
-    encoded = _encoders().map(lambda start: encode(compact(table.slice(start, rows))), starts)
+    encoded = _encoders().map(
+        lambda start: encode(compact(table.slice(start, rows)), threads=False), starts)
     streams: list[bytes] = []
     for start, value in zip(starts, encoded, strict=True):
         if len(value) <= max_bytes:

@@ -38,7 +38,7 @@ from pyarrow import ipc
 from bench import kernel, payloads
 from bench.payloads import WINDOW_MS, Payloads
 from bench.sizes import FULL, SMOKE
-from consumer.core.plan import derive_plan
+from consumer.core.plan import AggregationPlan, derive_plan
 from consumer.core.types import ClosedWindow
 from wire.output import encode_window
 
@@ -50,14 +50,23 @@ def _frame(payloads: Payloads) -> pl.DataFrame:
     return frame
 
 
-def _group_by(frame: pl.DataFrame, payloads: Payloads) -> pl.DataFrame:
-    """The seed's aggregates per (window, keys), as bench.kernel's SQL peers compute them."""
-    plan = derive_plan(kernel.schema_of(payloads.values[0]), time_column="ts")
+def _plan(payloads: Payloads) -> AggregationPlan:
+    return derive_plan(kernel.schema_of(payloads.values[0]), time_column="ts")
+
+
+def _aggregates(plan: AggregationPlan) -> list[pl.Expr]:
+    """The seed's aggregates, as bench.kernel's SQL peers compute them."""
     funcs = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
+    return [*(funcs[a.func](pl.col(a.name)) for a in plan.aggregates),
+            pl.len().alias("row_count")]
+
+
+def _group_by(frame: pl.DataFrame, payloads: Payloads) -> pl.DataFrame:
+    """The seed's aggregates per (window, keys)."""
+    plan = _plan(payloads)
     window = (pl.col("ts").dt.epoch("ms") // WINDOW_MS * WINDOW_MS).alias("window_start")
-    return frame.lazy().group_by(window, *plan.keys).agg(
-        *(funcs[a.func](pl.col(a.name)) for a in plan.aggregates), pl.len().alias("row_count"),
-    ).collect(engine="streaming")
+    return frame.lazy().group_by(window, *plan.keys).agg(_aggregates(plan)).collect(
+        engine="streaming")
 
 
 def _packed_key(frame: pl.DataFrame, payloads: Payloads) -> pl.Expr:
@@ -66,32 +75,25 @@ def _packed_key(frame: pl.DataFrame, payloads: Payloads) -> pl.Expr:
     Dictionary keys arrive as categoricals whose physical ids are stable across
     messages; plain keys are cast to categoricals of their own first. The bit widths come
     from the data, so the packing is one-to-one (checked: at most 63 bits)."""
-    plan = derive_plan(kernel.schema_of(payloads.values[0]), time_column="ts")
     categories = pl.Categorical(pl.Categories("bench.floor.keys"))
     ids = [(pl.col(k) if isinstance(frame.schema[k], pl.Categorical) else
-            pl.col(k).cast(categories)).to_physical().cast(pl.Int64) for k in plan.keys]
+            pl.col(k).cast(categories)).to_physical().cast(pl.Int64)
+           for k in _plan(payloads).keys]
     window = pl.col("ts").dt.epoch("ms") // WINDOW_MS
-    tops = frame.select((window.max() - window.min()).alias("w"),
-                        *(i.max().alias(f"k{n}") for n, i in enumerate(ids))).row(0)
-    widths = [int(top).bit_length() for top in tops]
+    first, last, *tops = frame.select(window.min(), window.max().alias("last"),
+                                      *(i.max().alias(f"k{n}") for n, i in enumerate(ids))).row(0)
+    widths = [int(top).bit_length() for top in (last - first, *tops)]
     if sum(widths) > 63:
         raise ValueError(f"the key needs {sum(widths)} bits; the floor packs into 63")
-    key = window - int(frame.select(window.min()).item())
+    key = window - int(first)
     for width, one in zip(widths[1:], ids, strict=True):
         key = key * (1 << width) + one
     return key.alias("key")
 
 
-def _aggregates(payloads: Payloads) -> list[pl.Expr]:
-    plan = derive_plan(kernel.schema_of(payloads.values[0]), time_column="ts")
-    funcs = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
-    return [*(funcs[a.func](pl.col(a.name)) for a in plan.aggregates),
-            pl.len().alias("row_count")]
-
-
 def _int_key_group_by(frame: pl.LazyFrame, key: pl.Expr | str,
-                      payloads: Payloads) -> pl.DataFrame:
-    return frame.group_by(key).agg(_aggregates(payloads)).collect(engine="streaming")
+                      aggregates: list[pl.Expr]) -> pl.DataFrame:
+    return frame.group_by(key).agg(aggregates).collect(engine="streaming")
 
 
 def run_polars_from_bytes(payloads: Payloads, _poll: int) -> pl.DataFrame:
@@ -114,18 +116,19 @@ def measure(built: Payloads, *, repetitions: int, poll_messages: int) -> dict[st
     frame = _frame(built)
     key = _packed_key(frame, built)
     keyed = frame.with_columns(key)
+    aggregates = _aggregates(_plan(built))
     windows = _windows(built, poll_messages)
     reference = kernel.run_arrowagg(built, poll_messages)
     kernel.check_agreement({"arrowagg": reference,
                             "polars_from_bytes": run_polars_from_bytes(built, poll_messages)})
-    _check_int_key(_int_key_group_by(keyed.lazy(), "key", built), reference)
+    _check_int_key(_int_key_group_by(keyed.lazy(), "key", aggregates), reference)
     runners: dict[str, Callable[[], Any]] = {
         "arrowagg": lambda: kernel.run_arrowagg(built, poll_messages),
         "datafusion": lambda: kernel.run_datafusion(built, poll_messages),
         "polars_from_bytes": lambda: run_polars_from_bytes(built, poll_messages),
         "polars_group_by": lambda: _group_by(frame, built),
-        "int_key_in_query": lambda: _int_key_group_by(frame.lazy(), key, built),
-        "int_key_group_by": lambda: _int_key_group_by(keyed.lazy(), "key", built),
+        "int_key_in_query": lambda: _int_key_group_by(frame.lazy(), key, aggregates),
+        "int_key_group_by": lambda: _int_key_group_by(keyed.lazy(), "key", aggregates),
         "output": lambda: [_encode(w) for w in windows],
     }
     seconds = _timed(runners, repetitions)

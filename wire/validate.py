@@ -15,7 +15,8 @@ daemon's whole run. Two facts make most columns cheaper to prove valid:
 
 Anything else, or any column the fast path cannot prove valid (non-ASCII text, a bad
 offset), goes through ``validate(full=True)``, which then accepts or rejects it with its
-own message: the fast path never rejects, so it accepts exactly what pyarrow accepts.
+own message: the fast path only ever skips pyarrow's check for columns that pass it, so
+it accepts exactly what pyarrow accepts.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from wire.input import encode_ipc_stream
+from wire.input import Compression, encode_ipc_stream
 from wire.split import split_encoded
 
 
@@ -48,7 +48,7 @@ def test_a_table_encoded_whole_keeps_the_writers_threads() -> None:
 
 
 @pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
-def test_the_writers_threads_do_not_change_a_byte(compression: str) -> None:
+def test_the_writers_threads_do_not_change_a_byte(compression: Compression) -> None:
     table = _table(50_000)
-    assert (encode_ipc_stream(table, compression, threads=False)  # type: ignore[arg-type]
-            == encode_ipc_stream(table, compression))  # type: ignore[arg-type]
+    assert (encode_ipc_stream(table, compression, threads=False)
+            == encode_ipc_stream(table, compression))

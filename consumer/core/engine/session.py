@@ -136,7 +136,7 @@ class SessionWindowEngine:
         return self._watermarks.ahead(now_ms)
 
     def keep_alive(self, partition: PartitionKey, now_ms: int) -> None:
-        self._watermarks.observe(partition, None, now_ms)
+        self._watermarks.keep_alive(partition, now_ms)
 
     def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None:
         """A message with no usable rows: done at once, and proof the partition is alive."""
@@ -153,7 +153,8 @@ class SessionWindowEngine:
         """Restored event progress counts once the replay is over (as in time.py)."""
         for partition, progress in self._progress.items():
             if progress.restored_max_ms is not None:
-                self._watermarks.observe(partition, progress.restored_max_ms, now_ms)
+                self._watermarks.observe(partition, progress.restored_max_ms, now_ms,
+                                         replayed=True)
                 progress.restored_max_ms = None
 
     # -- rows in -----------------------------------------------------------------------
@@ -169,7 +170,8 @@ class SessionWindowEngine:
         for ref, (_, last_ms) in zip(refs, times, strict=True):
             self._offsets.record(ref.partition, ref.offset, NO_WINDOW)
             self._polls.record(seq, ref.partition, ref.offset)
-            self._watermarks.observe(ref.partition, last_ms, now_ms)
+            self._watermarks.observe(ref.partition, last_ms, now_ms,
+                                     replayed=self._replayed(ref))
         rows = self._rows(frame, refs, [t for t, _ in times])
         if self._replay is not None:
             replayed = per_message("replayed", [r.rows for r in refs],

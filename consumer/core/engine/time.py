@@ -131,6 +131,11 @@ class TimeWindowEngine:
         next_offset = self._offsets.next_offset(partition)
         return next_offset is None or next_offset < progress.replay_until
 
+    def _replayed(self, ref: MessageRef) -> bool:
+        """Read before the restart or takeover (so skipped or replayed, not new input)."""
+        progress = self._progress.get(ref.partition)
+        return progress is not None and ref.offset < progress.replay_until
+
     def ahead_of_watermark(self, now_ms: int) -> list[PartitionKey]:
         """Partitions whose input fills windows the watermark cannot close yet."""
         return self._watermarks.ahead(now_ms) if self._event_time else []
@@ -139,7 +144,7 @@ class TimeWindowEngine:
         progress = self._progress.get(partition)
         if progress is None or progress.restored_max_ms is None or self.replaying(partition):
             return
-        self._watermarks.observe(partition, progress.restored_max_ms, now_ms)
+        self._watermarks.observe(partition, progress.restored_max_ms, now_ms, replayed=True)
         progress.restored_max_ms = None
 
     # -- rows in -----------------------------------------------------------------------
@@ -166,7 +171,8 @@ class TimeWindowEngine:
         for ref in refs:
             event_ms = ref.max_event_ms if self._event_time else now_ms
             self._offsets.record(ref.partition, ref.offset, self._last_end(event_ms))
-            self._watermarks.observe(ref.partition, event_ms, now_ms)
+            self._watermarks.observe(ref.partition, event_ms, now_ms,
+                                     replayed=self._replayed(ref))
             self._end_replay_if_caught_up(ref.partition, now_ms)
         return late
 
@@ -215,7 +221,7 @@ class TimeWindowEngine:
 
     def keep_alive(self, partition: PartitionKey, now_ms: int) -> None:
         """The partition has a backlog not yet consumed: it is not idle."""
-        self._watermarks.observe(partition, None, now_ms)
+        self._watermarks.keep_alive(partition, now_ms)
 
     def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None:
         """A message with no usable rows: done at once, and proof the partition is alive."""

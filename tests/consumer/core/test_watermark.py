@@ -63,10 +63,11 @@ def test_partition_without_data_holds_the_watermark_until_idle() -> None:
     marks.assign(P1, now_ms=100, max_event_ms=None)
     marks.observe(P0, 5_000, now_ms=200)
     assert marks.current(200) == Watermark(value_ms=None, all_idle=False)
-    # Idle is measured from the assignment: held through 1099, released at 1100.
-    assert marks.current(1_099) == Watermark(value_ms=None, all_idle=False)
-    marks.observe(P0, 6_000, now_ms=1_050)
-    assert marks.current(1_100) == Watermark(value_ms=6_000, all_idle=False)
+    # Idle is measured from the stream's first message (not from the assignment: P1 may
+    # be fetched a poll after P0): held through 1199, released at 1200.
+    assert marks.current(1_199) == Watermark(value_ms=None, all_idle=False)
+    marks.observe(P0, 6_000, now_ms=1_150)
+    assert marks.current(1_200) == Watermark(value_ms=6_000, all_idle=False)
 
 
 def test_idle_partition_stops_holding_the_watermark_back() -> None:
@@ -180,3 +181,44 @@ def test_a_stream_resuming_after_a_pause_waits_for_every_partition_again() -> No
     assert not tracker.idle(P0, 5_999)
     tracker.observe(P1, 1_700, now_ms=5_900)
     assert tracker.current(6_000).value_ms == 1_700  # P0 silent a whole timeout: idle again
+
+
+def test_a_partition_taken_over_mid_pause_resumes_the_stream_after_its_replay() -> None:
+    """P1 is taken over while P0 is idle; its replay moves P1 only, and its first new
+    message gives P0 its timeout again: P0's part of the same chunk is coming."""
+    tracker = WatermarkTracker(allowed_lateness_ms=0, idle_timeout_ms=1_000)
+    tracker.assign(P0, 0, None)
+    tracker.observe(P0, 1_600, now_ms=0)
+    tracker.assign(P1, 5_000, None)  # taken over from another instance
+    tracker.observe(P1, 1_599, now_ms=5_050, replayed=True)
+    assert tracker.idle(P0, 5_050), "a replay is no resumption"
+    tracker.observe(P1, 2_400, now_ms=5_600)  # P1's part of the next chunk
+    assert not tracker.idle(P0, 5_600)
+    assert tracker.current(5_600).value_ms == 1_600, "P0 holds the windows it brings rows to"
+    tracker.observe(P1, 2_500, now_ms=6_500)
+    assert tracker.current(6_600).value_ms == 2_500  # P0 silent a whole timeout: idle again
+
+
+def test_a_resumed_partition_delivering_keeps_the_others_idle() -> None:
+    tracker = WatermarkTracker(allowed_lateness_ms=0, idle_timeout_ms=1_000)
+    tracker.observe(P0, 1_000, now_ms=0)
+    tracker.observe(P1, 5_000, now_ms=0)
+    for now_ms in range(100, 3_000, 100):
+        tracker.observe(P1, 5_000 + now_ms, now_ms=now_ms)
+    assert tracker.idle(P0, 2_900)
+    assert tracker.current(2_900).value_ms == 7_900
+
+
+def test_a_backlog_resumes_an_idle_stream_but_a_held_back_partition_does_not() -> None:
+    tracker = WatermarkTracker(allowed_lateness_ms=0, idle_timeout_ms=1_000)
+    tracker.observe(P0, 1_000, now_ms=0)
+    tracker.observe(P1, 1_000, now_ms=0)
+    tracker.keep_alive(P1, now_ms=5_000)  # every partition idle: the stream resumes
+    assert not tracker.idle(P0, 5_000)
+    # A partition assigned and not resumed yet (replaying, or paused) keeps a backlog for
+    # as long as it waits: P0 goes idle all the same, or the two would wait on each other.
+    tracker.assign(P2, 7_000, None)
+    for now_ms in range(7_000, 9_000, 100):
+        tracker.keep_alive(P2, now_ms)
+        tracker.observe(P1, 2_000, now_ms=now_ms)
+    assert tracker.idle(P0, 8_900)

@@ -370,14 +370,34 @@ def test_all_idle_closes_everything_and_commits_everything() -> None:
     assert late is not None  # the idle close moved the frontier past [5000, 6000)
 
 
-def test_silent_partition_holds_until_idle_since_assignment() -> None:
+def test_silent_partition_holds_until_idle_since_the_first_message() -> None:
     engine = time_engine(idle_timeout_ms=1_000)
     engine.assign(P0, None, None, now_ms=0)
     engine.assign(P1, None, None, now_ms=0)  # never sends anything
     feed(engine, P0, 0, [("a", 100, 1.0, 1, 1.0), ("a", 1_500, 1.0, 1, 1.0)], now_ms=500)
-    assert engine.close_due(999) == []
-    assert starts(engine.close_due(1_000)) == [0]  # P1 idle now; P0 alone: watermark 1500
+    feed(engine, P0, 1, [("a", 1_600, 1.0, 1, 1.0)], now_ms=1_200)
+    assert engine.close_due(1_499) == []  # P1 may be fetched a poll after P0
+    assert starts(engine.close_due(1_500)) == [0]  # P1 idle now; P0 alone: watermark 1600
     assert engine.open_window_count() == 1
+
+
+def test_a_partition_taken_over_mid_pause_does_not_close_the_idle_ones_windows() -> None:
+    """P1 is taken over (its previous owner read offsets 3-4) while P0 is idle between two
+    chunks; the next chunk reaches P1 first. P0's rows of that chunk are not late."""
+    engine = time_engine(idle_timeout_ms=1_000)
+    engine.assign(P0, None, None, now_ms=0)
+    feed(engine, P0, 0, [("a", 100, 1.0, 1, 1.0), ("a", 1_900, 1.0, 1, 1.0)], now_ms=0)
+    engine.assign(P1, 3, CommitMetadata(frontier=1_000, position=5, max_event_ms=1_950),
+                  now_ms=5_000)
+    feed(engine, P1, 3, [("b", 1_100, 1.0, 1, 1.0)], now_ms=5_050)  # replayed
+    feed(engine, P1, 4, [("b", 1_950, 1.0, 1, 1.0)], now_ms=5_050)
+    feed(engine, P1, 5, [("b", 2_100, 1.0, 1, 1.0), ("b", 3_100, 1.0, 1, 1.0)], now_ms=5_600)
+    assert starts(engine.close_due(5_600)) == [0]  # P0 holds: watermark 1900
+    late = feed(engine, P0, 1, [("a", 2_200, 1.0, 1, 1.0), ("a", 3_200, 1.0, 1, 1.0)],
+                now_ms=5_650)
+    assert late is None
+    assert engine.late_rows == 0
+    assert starts(engine.close_due(5_650)) == [1_000, 2_000]
 
 
 def test_commit_points_follow_the_closed_windows() -> None:

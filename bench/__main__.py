@@ -102,6 +102,8 @@ def run_e2e(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
                                           like_daemon=True),
             "raw_small_batches": partial(e2e.run_raw, bootstrap, topic, batch=32),
             "daemon": partial(e2e.run_daemon, bootstrap, topic),
+            "overlapped": partial(e2e.run_overlapped, bootstrap, topic),
+            "pipeline_alone": partial(e2e.run_pipeline_alone, topic),
         }
         figures = {}
         for name, run in readers.items():

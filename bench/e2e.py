@@ -3,7 +3,12 @@
 - the daemon (``StreamProcessor``, the shipped defaults): from its partition assignment
   until every window of the data is committed to the output topic;
 - a raw confluent-kafka consumer with the daemon's consumer settings that only reads
-  (the practical ceiling), from its assignment to its last message.
+  (the practical ceiling), from its assignment to its last message;
+- the floors of any daemon on this machine: the daemon's own pipeline over the same
+  messages with no broker at all (``run_pipeline_alone``), and a prefetching run loop
+  (``run_overlapped``: a thread reading as the raw consumer does, handing its polls to
+  that pipeline in this thread, so reading the next poll overlaps aggregating this one;
+  no transactions).
 
 The peers a user would pick instead of arrowagg run the whole job in ``bench.peers``.
 
@@ -14,10 +19,11 @@ data, so no reader waits for an idle timeout.
 from __future__ import annotations
 
 import math
+import queue
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +32,9 @@ from confluent_kafka import Consumer
 from bench.broker import create_topic, delete_topics, fill
 from bench.payloads import WINDOW_MS, Encoding, Payloads, build, sentinel
 from bench.sizes import KernelCase
-from consumer.compose import build_processor
+from consumer.compose import build_pipeline, build_processor
 from consumer.config import Settings, settings_from_dict
-from consumer.core.types import ClosedWindow, PartitionKey
+from consumer.core.types import ClosedWindow, InputMessage, PartitionKey
 from consumer.kafka.clients import consumer_config, take_batch
 from consumer.service.observer import NullObserver
 
@@ -180,6 +186,77 @@ def run_raw(bootstrap: str, topic: Topic, *, batch: int, like_daemon: bool = Fal
     finally:
         consumer.close()
     return _rates(topic, last - first[0], {"bytes_read": nbytes})
+
+
+def run_overlapped(bootstrap: str, topic: Topic, *, batch: int = 500) -> dict[str, Any]:
+    """A reader thread (the daemon's consumer settings and ``take_batch``) and the
+    daemon's pipeline (decode, window, aggregate, close, encode) on its polls in this
+    thread, two polls of prefetch between them; from the assignment to the last window
+    encoded. The output is not produced and nothing is committed."""
+    settings = daemon_settings(bootstrap, topic.name, "unused")
+    consumer = Consumer({k: v for k, v in consumer_config(settings.kafka, settings.processing)
+                         .items() if k != "logger"})
+    polls: queue.Queue[list[InputMessage] | None] = queue.Queue(maxsize=2)
+    first: list[float] = []
+    consumer.subscribe([topic.name], on_assign=lambda _c, _p: first.append(time.perf_counter()))
+
+    def read() -> None:
+        seen = 0
+        try:
+            while seen < topic.messages:
+                poll = [InputMessage((m.topic() or "", m.partition() or 0), m.offset() or 0,
+                                     m.value())
+                        for m in take_batch(consumer, batch, 0.2) if m.error() is None]
+                seen += len(poll)
+                if poll:
+                    polls.put(poll)
+        finally:
+            polls.put(None)
+
+    reader = threading.Thread(target=read, name="bench-reader", daemon=True)
+    reader.start()
+    try:
+        windows = _drive(topic, iter(polls.get, None))
+        last = time.perf_counter()
+    finally:
+        reader.join(60)
+        consumer.close()
+    return _rates(topic, last - first[0], {"windows": windows})
+
+
+def run_pipeline_alone(topic: Topic, *, poll_messages: int = 128) -> dict[str, Any]:
+    """The daemon's pipeline over the topic's messages, in their order and in polls of
+    ``poll_messages`` (the daemon's polls hold ~120 here), with no broker at all: the
+    work any daemon must do, whatever overlaps it with reading."""
+    last = sentinel(topic.payloads.encoding, topic.payloads.windows + 10)
+    values = [*topic.payloads.values, *([last] * topic.partitions)]
+    messages = [InputMessage((topic.name, i % topic.partitions), i // topic.partitions, value)
+                for i, value in enumerate(values)]
+    polls = [messages[i:i + poll_messages] for i in range(0, len(messages), poll_messages)]
+    start = time.perf_counter()
+    windows = _drive(topic, iter(polls))
+    return _rates(topic, time.perf_counter() - start, {"windows": windows})
+
+
+def _drive(topic: Topic, polls: Iterator[list[InputMessage]]) -> int:
+    """The daemon's pipeline, its flushes counted as committed at once, over ``polls`` of
+    ``topic``; checks every window of the data closed with every row in it."""
+    pipeline = build_pipeline(daemon_settings("unused:9092", topic.name, "unused"))
+    for partition in range(topic.partitions):
+        pipeline.assign((topic.name, partition), None, None, 0)
+    windows = rows = 0
+    for poll in polls:
+        now_ms = time.time_ns() // 1_000_000
+        pipeline.process(poll, now_ms)
+        flush = pipeline.flush(now_ms)
+        if flush.commit:
+            pipeline.committed(flush, now_ms)
+            windows += len(flush.windows)
+            rows += sum(w.input_rows for w in flush.windows)
+    if (windows, rows) != (topic.windows, topic.payloads.rows):
+        raise RuntimeError(f"the pipeline emitted {windows}/{topic.windows} windows "
+                           f"of {rows}/{topic.payloads.rows} rows")
+    return windows
 
 
 def _rates(topic: Topic, seconds: float, extra: dict[str, Any]) -> dict[str, Any]:

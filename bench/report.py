@@ -220,6 +220,8 @@ E2E_NAMES = {
     "daemon": "arrowagg daemon (shipped defaults)",
     "raw_daemon_batches": "raw consume, the daemon's take_batch(500, 0.2)",
     "raw_small_batches": "raw consume, consume(32, 0.2)",
+    "overlapped": "floor: a reader thread prefetching for the daemon's pipeline, no transactions",
+    "pipeline_alone": "floor: the daemon's pipeline on the same messages, no broker",
 }
 
 

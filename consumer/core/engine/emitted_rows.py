@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from consumer.core.engine.progress import PartitionFrontier, later
+from consumer.core.engine.progress import PartitionFrontier, later, read_before_restart
 from consumer.core.types import MESSAGE_INDEX, NO_WINDOW, MessageRef
 from consumer.core.windows import WindowSpec, window_ranges
 
@@ -40,7 +40,7 @@ def emitted_bounds(progress: PartitionFrontier | None, ref: MessageRef, first_ms
     ``revising``: emitted windows are kept for revisions (late: revise)."""
     if progress is None or progress.frontier is None:
         return None
-    replayed = ref.offset < progress.replay_until
+    replayed = read_before_restart(progress, ref.offset)
     skip_through = progress.replayed_frontier if replayed else None
     through = later(progress.frontier, skip_through)
     if through is None or first_ms is None or _first_end(first_ms, spec) > through:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from consumer.core.offsets import Retention, owners_fingerprint
 from consumer.core.types import PartitionKey
@@ -59,6 +60,16 @@ def settle_retention(partitions: Mapping[PartitionKey, PartitionFrontier]) -> di
             for start, revision in retention.revisions:
                 revisions[start] = max(revision, revisions.get(start, 0))
     return revisions
+
+
+class _Replaying(Protocol):
+    replay_until: int  # -1: nothing to replay
+
+
+def read_before_restart(progress: _Replaying | None, offset: int) -> bool:
+    """``offset`` was consumed before the restart or takeover (``replay_until``): its
+    message is replayed (skipped, or progress only), not new input."""
+    return progress is not None and offset < progress.replay_until
 
 
 def later(a: int | None, b: int | None) -> int | None:

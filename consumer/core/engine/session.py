@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
-from consumer.core.engine.progress import later
+from consumer.core.engine.progress import later, read_before_restart
 from consumer.core.engine.session_late import LateRows
 from consumer.core.engine.session_offsets import PollOffsets
 from consumer.core.engine.session_replay import SessionReplay, named_by_origin
@@ -223,8 +223,7 @@ class SessionWindowEngine:
         return max(frontiers, default=None)
 
     def _replayed(self, ref: MessageRef) -> bool:
-        progress = self._progress.get(ref.partition)
-        return progress is not None and ref.offset < progress.replay_until
+        return read_before_restart(self._progress.get(ref.partition), ref.offset)
 
     def _live(self, rows: pl.DataFrame, columns: list[str], seq: int) -> pl.DataFrame | None:
         """Late rows out, the rest merged into the open sessions (session_late.py)."""

@@ -26,7 +26,12 @@ from consumer.core.engine.emitted_rows import (
     emitted_bounds,
     mark_messages,
 )
-from consumer.core.engine.progress import PartitionFrontier, later, settle_retention
+from consumer.core.engine.progress import (
+    PartitionFrontier,
+    later,
+    read_before_restart,
+    settle_retention,
+)
 from consumer.core.engine.retained import RetainedWindows
 from consumer.core.offsets import (
     CommitMetadata,
@@ -131,11 +136,6 @@ class TimeWindowEngine:
         next_offset = self._offsets.next_offset(partition)
         return next_offset is None or next_offset < progress.replay_until
 
-    def _replayed(self, ref: MessageRef) -> bool:
-        """Read before the restart or takeover (so skipped or replayed, not new input)."""
-        progress = self._progress.get(ref.partition)
-        return progress is not None and ref.offset < progress.replay_until
-
     def ahead_of_watermark(self, now_ms: int) -> list[PartitionKey]:
         """Partitions whose input fills windows the watermark cannot close yet."""
         return self._watermarks.ahead(now_ms) if self._event_time else []
@@ -171,8 +171,8 @@ class TimeWindowEngine:
         for ref in refs:
             event_ms = ref.max_event_ms if self._event_time else now_ms
             self._offsets.record(ref.partition, ref.offset, self._last_end(event_ms))
-            self._watermarks.observe(ref.partition, event_ms, now_ms,
-                                     replayed=self._replayed(ref))
+            replayed = read_before_restart(self._progress.get(ref.partition), ref.offset)
+            self._watermarks.observe(ref.partition, event_ms, now_ms, replayed=replayed)
             self._end_replay_if_caught_up(ref.partition, now_ms)
         return late
 

@@ -3,8 +3,9 @@
 Window state grows with the distinct (window, keys) groups of the open windows. In event
 time a partition far ahead of the watermark fills windows that cannot close until the
 slowest partition catches up, so the state grows with the lead. ``input.max_groups`` is
-the hard bound: reached, the open windows are emitted as non-final revisions and start
-afresh (``emit_early``). ``input.max_buffered_values`` bounds the values held for
+the hard bound: reached (counted once the pending partial states are merged, as the
+pipeline does before it asks), the open windows are emitted as non-final revisions and
+start afresh (``emit_early``). ``input.max_buffered_values`` bounds the values held for
 aggregates that do not decompose (consumer/core/holistic.py) the same way, and the
 larger share of the two decides. With ``over_budget: pause`` (the default) the partitions
 ahead of the watermark are paused first, at ``PAUSE_AT`` of the budget, so the slow ones

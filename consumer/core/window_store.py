@@ -108,6 +108,14 @@ class WindowStore:
         pending_rows = sum(p.frame.height for p in window.pending)
         return pending_rows >= max(state_rows, _MERGE_FROM_PENDING_ROWS)
 
+    def merge_pending(self) -> None:
+        """Merge every window's pending partials into its state, so that ``cardinality``
+        counts each group once: the memory budget asks before it emits windows early."""
+        for window in self._windows.values():
+            if len(window.parts()) > 1 or any(not p.grouped for p in window.pending):
+                window.state = _merged(self._aggregator, window.parts())
+                window.pending = []
+
     def open_windows(self) -> dict[int, int]:
         return {start: window.end for start, window in self._windows.items()}
 

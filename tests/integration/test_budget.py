@@ -72,9 +72,8 @@ def test_a_partition_far_ahead_is_paused_or_emitted_early_and_nothing_is_lost(
         processing={"poll_max_messages": 1})
     seen = PausedSeen()
     with running_daemon(settings, observer=seen) as daemon:
-        # The laggard's first window is read first: read after the leader was paused (the
-        # fetch order of two partitions is not fixed), its 18 unmerged partial rows count
-        # towards the budget (an upper bound on the groups) and push it past max_groups.
+        # The laggard's first window is read first: the fetch order of two partitions is
+        # not fixed, and the leader must be the one that runs ahead.
         publish_tables(bootstrap, source, laggard[:1], producer_id="w0")
         wait_for(lambda: daemon.processor.progress.counters.rows >= 200,
                  timeout_s=30, what="the laggard's first window to be read")

@@ -43,7 +43,12 @@ class WindowEngine(Protocol):
         """Each assigned partition's emitted frontier, and whether it is idle."""
 
     def discard(self) -> None: ...
-    def cardinality(self) -> int: ...
+    def cardinality(self) -> int:
+        """Groups held in open windows: an upper bound while partial states are pending."""
+
+    def merge_pending(self) -> None:
+        """Merge pending partial states, so that ``cardinality`` counts each group once."""
+
     def buffered_values(self) -> int:
         """Values buffered for aggregates that do not decompose (holistic.py)."""
 
@@ -135,6 +140,9 @@ class UnplannedEngine:
 
     def cardinality(self) -> int:
         return 0
+
+    def merge_pending(self) -> None:
+        pass
 
     def buffered_values(self) -> int:
         return 0

@@ -161,6 +161,9 @@ class CountWindowEngine:
     def cardinality(self) -> int:
         return self._store.cardinality()
 
+    def merge_pending(self) -> None:
+        self._store.merge_pending()
+
     def buffered_values(self) -> int:
         return self._store.buffered_values()
 

@@ -118,6 +118,9 @@ class RetainedWindows:
     def cardinality(self) -> int:
         return self._store.cardinality()
 
+    def merge_pending(self) -> None:
+        self._store.merge_pending()
+
     def buffered_values(self) -> int:
         return self._store.buffered_values()
 

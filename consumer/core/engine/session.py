@@ -362,6 +362,9 @@ class SessionWindowEngine:
         self._unreported.clear()
         self._polls.prune(None)
 
+    def merge_pending(self) -> None:
+        """Sessions hold one state each: nothing is pending."""
+
     def cardinality(self) -> int:
         replay = 0 if self._replay is None else len(self._replay.sessions) + sum(
             h.rows.height for h in self._replay.held)

@@ -387,6 +387,11 @@ class TimeWindowEngine:
         kept = 0 if self._retained is None else self._retained.cardinality()
         return self._store.cardinality() + kept
 
+    def merge_pending(self) -> None:
+        self._store.merge_pending()
+        if self._retained is not None:
+            self._retained.merge_pending()
+
     def buffered_values(self) -> int:
         kept = 0 if self._retained is None else self._retained.buffered_values()
         return self._store.buffered_values() + kept

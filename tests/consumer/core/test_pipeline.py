@@ -150,3 +150,29 @@ def test_no_commit_while_a_revision_waits_for_a_replay() -> None:
     assert done.commit
     (update,) = [decode_output(r.value, r.headers) for r in done.records]
     assert update.frame.select("site", "row_count").sort("site").rows() == [("s0", 3)]
+
+
+def test_partial_states_are_merged_before_the_budget_emits_windows_early() -> None:
+    """Six polls of the same two groups leave six pending partials (twelve rows, past a
+    budget of ten groups): held once each, the groups are within it and nothing goes out
+    early."""
+    pipe = build_pipeline(settings_from_dict({
+        "kafka": {"bootstrap_servers": "unused:9092", "group_id": "g"},
+        "input": {"topics": ["in"], "max_groups": 10, "over_budget": "emit_early"},
+        "output": {"topic": "out"},
+        "window": {"kind": "tumbling", "time": "event", "timestamp_column": "ts",
+                   "size_ms": 1_000, "idle_timeout_ms": 60_000},
+        "processing": {"merge_every_batches": 8},
+    }))
+    pipe.assign(P0, None, None, NOW_MS)
+    start = NOW_MS - NOW_MS % 1_000
+    for offset in range(6):
+        pipe.process(messages(rows(start + offset, start + offset), first_offset=offset),
+                     NOW_MS)
+        flush = pipe.flush(NOW_MS)
+        assert flush.windows == [], f"poll {offset}: emitted early"
+        if flush.commit:
+            pipe.committed(flush, NOW_MS)
+    closing = pipe.flush(NOW_MS + 60_001)  # idle: the window closes, final
+    windows = [decode_output(r.value, r.headers) for r in closing.records if r.topic == "out"]
+    assert [(w.final, w.frame["row_count"].to_list()) for w in windows] == [(True, [6, 6])]

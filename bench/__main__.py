@@ -137,12 +137,17 @@ def run_memory(sizes: Sizes) -> dict[str, Any]:
         fixed.append(memory.measure(nbytes, fixed_groups, sizes.poll_messages))
         print(f"   steady {fixed[-1]['steady_rss_mb']:.0f} MB, "
               f"peak {fixed[-1]['peak_rss_mb']:.0f} MB", flush=True)
-    for groups in sizes.memory_groups[1:]:
-        _step(f"memory: {sizes.memory_bytes[0] / 1e9:.2f} GB at {groups:,} groups")
-        sweep.append(memory.measure(sizes.memory_bytes[0], groups, sizes.poll_messages))
-        print(f"   steady {sweep[-1]['steady_rss_mb']:.0f} MB, "
-              f"peak {sweep[-1]['peak_rss_mb']:.0f} MB", flush=True)
-    return {"fixed": fixed, "sweep": [fixed[0], *sweep]}
+    nbytes, repetitions = sizes.memory_sweep_bytes, sizes.memory_sweep_repetitions
+    for groups in sizes.memory_groups:
+        _step(f"memory: {nbytes / 1e9:.2f} GB at {groups:,} groups, {repetitions} times")
+        runs = [memory.measure(nbytes, groups, sizes.poll_messages)
+                for _ in range(repetitions)]
+        steady = sorted(run["steady_rss_mb"] for run in runs)
+        median = next(run for run in runs if run["steady_rss_mb"] == steady[len(runs) // 2])
+        sweep.append({**median, "steady_rss_mb_runs": steady})
+        print(f"   steady {', '.join(f'{mb:.0f}' for mb in steady)} MB, "
+              f"peak {median['peak_rss_mb']:.0f} MB (median run)", flush=True)
+    return {"fixed": fixed, "sweep": sweep}
 
 
 def run_scale_out(bootstrap: str, sizes: Sizes) -> dict[str, Any]:

@@ -85,7 +85,8 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         low, high = sweep[0], sweep[-1]
         per_group = ((high["steady_rss_mb"] - low["steady_rss_mb"]) * 1e6
                      / (high["groups"] - low["groups"]))
-        label = f"steady RSS, {low['groups']:,} -> {high['groups']:,} groups"
+        label = (f"steady RSS, {low['groups']:,} -> {high['groups']:,} groups, "
+                 f"{_gb(high['bytes'])} each")
         rows.append((f"memory per open group <= 300 bytes ({label})", f"{per_group:.0f} bytes",
                      per_group <= 300))
     if defaults := results.get("latency", {}).get("defaults"):
@@ -373,7 +374,7 @@ def _plot_e2e(ax: Any, results: dict[str, Any]) -> None:
 
 def _plot_memory(ax: Any, results: dict[str, Any]) -> None:
     memory = results.get("memory", {})
-    for run in [*memory.get("fixed", []), *memory.get("sweep", [])[1:]]:
+    for run in [*memory.get("fixed", []), *memory.get("sweep", [])]:
         samples = run.get("rss_samples_mb", [])
         ax.plot([at / 1e9 for at, _ in samples], [mb for _, mb in samples],
                 label=f"{_gb(run['bytes'])}, {run['groups']:,} groups")

@@ -35,7 +35,9 @@ class Sizes:
     e2e_repetitions: int
     peers: dict[str, PeerRun]  # bench.peers.PEERS by name; one missing is left out
     memory_bytes: tuple[int, ...]  # at fixed cardinality
-    memory_groups: tuple[int, ...]  # the cardinality sweep, at memory_bytes[0]
+    memory_groups: tuple[int, ...]  # the cardinality sweep
+    memory_sweep_bytes: int  # streamed at each point of the sweep: several windows
+    memory_sweep_repetitions: int  # each point of the sweep: the median run
     latency_s: float
     latency_window_ms: int
     latency_messages_per_s: int
@@ -58,6 +60,10 @@ FULL = Sizes(
            "bytewax": PeerRun(20), "bytewax_json": PeerRun(20), "denormalized": PeerRun(10)},
     memory_bytes=(1 * GB, 10 * GB),
     memory_groups=(10_000, 100_000, 1_000_000),
+    # 4 GB is 6 windows of 10 polls: 1 GB was 1.5, a warm-up (1M groups: 785 MB steady
+    # after 1 GB, 883-912 after 4 GB, 885-895 after 8; 10k groups: 386-389 at 4 and 8).
+    memory_sweep_bytes=4 * GB,
+    memory_sweep_repetitions=3,
     latency_s=40.0,
     latency_window_ms=1_000,
     latency_messages_per_s=40,
@@ -76,6 +82,8 @@ SMOKE = replace(
            "bytewax_json": PeerRun(0), "denormalized": PeerRun(0)},
     memory_bytes=(10 * MB, 20 * MB),
     memory_groups=(100, 1_000),
+    memory_sweep_bytes=10 * MB,
+    memory_sweep_repetitions=1,
     latency_s=4.0,
     latency_window_ms=500,
     latency_messages_per_s=20,

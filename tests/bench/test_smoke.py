@@ -73,6 +73,9 @@ def test_the_harness_writes_figures_for_every_peer(
     assert all("skipped" in peers[name] for name in peers if name != "arrowagg")
     assert len(results["memory"]["fixed"]) == len(SMOKE.memory_bytes)
     assert all(r["peak_rss_mb"] > 0 for r in results["memory"]["fixed"])
+    sweep = results["memory"]["sweep"]
+    assert [r["groups"] for r in sweep] == list(SMOKE.memory_groups)
+    assert all(r["bytes"] >= SMOKE.memory_sweep_bytes for r in sweep)
     for run in results["latency"].values():
         assert run["windows"] > 0
         assert run["p99_ms"] >= run["p50_ms"] > 0

@@ -53,7 +53,7 @@ FULL = Sizes(
     poll_messages=16,
     e2e_bytes=1 * GB,
     e2e_partitions=4,
-    e2e_repetitions=3,
+    e2e_repetitions=5,
     # ~10-40 s each: arrowagg's 5M rows take about as long as its startup (a shorter
     # slice leaves its steady rate to a fraction of a second), Denormalized ~10k rows/s
     peers={"arrowagg": PeerRun(250, repetitions=3), "quix": PeerRun(20),

@@ -113,9 +113,11 @@ def consumer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dic
         # Prefetch while a batch is aggregated. When the local queue is full librdkafka
         # stops fetching for fetch.queue.backoff.ms (default 1 s): the daemon drains the
         # queue in bursts, so with the default it sat idle for seconds in every GB. The
-        # backoff was the cure; a deeper queue (256 MB was tried) only held more buffers,
-        # and their page faults ran the daemon 1.8-5.2 s a GB against 1.8-3.1 s with
-        # librdkafka's 64 MB (bench/text/findings.md, eighth round).
+        # backoff is the cure; the queue stays at librdkafka's 64 MB. 256 MB gave larger
+        # polls (12% faster a GB where freed memory stays with the machine) but holds
+        # 192 MB more, and on a VM that hands freed memory back to its host (virtio
+        # free page reporting) its extra page faults ran the daemon 1.8-5.2 s a GB
+        # against 1.8-3.1 s (bench/text/findings.md, eighth round).
         "queued.max.messages.kbytes": 64 * 1024,
         "fetch.queue.backoff.ms": 10,
         "enable.partition.eof": False,

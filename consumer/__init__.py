@@ -10,6 +10,13 @@ it, see pyproject.toml):
 - ``kafka``: the run loop and everything that talks to a broker.
 - ``compose``: builds the pipeline and the processor from the settings.
 - ``cli``, ``healthcheck``: the entry points.
+
+``allocator`` stands apart: it sets Polars' allocator options, which only count before
+Polars loads, so it runs here, before any room imports Polars.
 """
+
+from consumer.allocator import configure_polars_allocator
+
+configure_polars_allocator()
 
 __version__ = "0.1.0"

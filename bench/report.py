@@ -83,7 +83,8 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
                      abs(change) <= 0.10 and abs(peak) <= 0.10))
     if (sweep := memory.get("sweep", [])) and len(sweep) > 1:
         low, high = sweep[0], sweep[-1]
-        per_group = ((high["steady_rss_mb"] - low["steady_rss_mb"]) * 1e6
+        # RSS is read from /proc in KiB and kept in MiB (bench.memory), so 2**20 a "MB".
+        per_group = ((high["steady_rss_mb"] - low["steady_rss_mb"]) * 2**20
                      / (high["groups"] - low["groups"]))
         label = (f"steady RSS, {low['groups']:,} -> {high['groups']:,} groups, "
                  f"{_gb(high['bytes'])} each")

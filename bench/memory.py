@@ -57,13 +57,27 @@ def stream(total_bytes: float, groups: int, poll_messages: int) -> dict[str, Any
 
 def measure(total_bytes: float, groups: int, poll_messages: int) -> dict[str, Any]:
     """Run ``stream`` in a fresh interpreter, so its RSS is this run's alone."""
+    return in_fresh_interpreter(["bench.memory"], total_bytes, groups, poll_messages)
+
+
+def in_fresh_interpreter(command: list[str], total_bytes: float, groups: int,
+                         poll_messages: int, env: dict[str, str] | None = None,
+                         ) -> dict[str, Any]:
+    """The JSON a worker (``python -m`` ``command`` and the stream's spec) prints last."""
     spec = json.dumps({"bytes": total_bytes, "groups": groups, "poll_messages": poll_messages})
-    done = subprocess.run([sys.executable, "-m", "bench.memory", spec], capture_output=True,
-                          text=True, check=False, timeout=3600)
+    done = subprocess.run([sys.executable, "-m", *command, spec], capture_output=True,
+                          text=True, check=False, timeout=3600, env=env)
     if done.returncode != 0:
-        raise RuntimeError(f"the memory worker failed: {done.stderr.strip()[-800:]}")
+        raise RuntimeError(f"the worker {command[0]} failed: {done.stderr.strip()[-800:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def bytes_per_group(low_mib: float, high_mib: float, low_groups: int, high_groups: int,
+                    ) -> float:
+    """Bytes an extra open group costs between two runs; RSS is read from /proc in KiB
+    and kept in MiB here (KiB / 1024), so 2**20 bytes to each."""
+    return (high_mib - low_mib) * 2**20 / (high_groups - low_groups)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ stage's peak over the RSS it started from is read from the kernel's VmHWM, reset
 - ``encode``: the results encoded as output records (Arrow IPC, zstd, 1 MB messages).
 
 The steady live RSS is the pipeline with its open windows' states and the partials
-waiting beside them; the highest start-plus-peak of a stage is the working set, what RSS
+waiting beside them; the highest peak of a stage is the working set, what RSS
 stays at with any decay setting that keeps freed pages for a while (bench/text/findings.md,
 tenth round). The memory target has to fit the latter.
 
@@ -26,29 +26,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from bench.machine import rss_kb
-from bench.memory import stream
+from bench.memory import bytes_per_group, in_fresh_interpreter, stream
+from consumer.allocator import ALLOCATOR_ENV
 from consumer.core.aggregate import PartialAggregator
 from consumer.core.emit import FinalWindows
 
 # Appended to the environment's own setting, so it wins (consumer/allocator.py puts its
 # arena count first).
 PURGE_AT_ONCE = "dirty_decay_ms:0,muzzy_decay_ms:0"
-ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
 
-
-def stages() -> dict[str, tuple[type, str]]:
-    """Each measured stage: the class and the method that does it."""
-    return {"partial": (PartialAggregator, "partial"), "merge": (PartialAggregator, "merge"),
-            "finalize": (PartialAggregator, "finalize"),
-            "encode": (FinalWindows, "window_records")}
+# Each measured stage: the class and the method that does it.
+STAGES: dict[str, tuple[type, str]] = {
+    "partial": (PartialAggregator, "partial"), "merge": (PartialAggregator, "merge"),
+    "finalize": (PartialAggregator, "finalize"), "encode": (FinalWindows, "window_records"),
+}
 
 
 def _reset_peak() -> None:
@@ -60,10 +57,10 @@ def _reset_peak() -> None:
 def _peaks_recorded(record: Callable[[str, int, int], None]) -> Iterator[None]:
     """Each stage's calls report (stage, RSS at the start, VmHWM at the end) in KiB."""
     originals = {stage: (owner, name, getattr(owner, name))
-                 for stage, (owner, name) in stages().items()}
+                 for stage, (owner, name) in STAGES.items()}
     for stage, (owner, name, method) in originals.items():
 
-        def timed(*args: Any, _stage: str = stage, _method: Any = method,
+        def recorded(*args: Any, _stage: str = stage, _method: Any = method,
                   **kwargs: Any) -> Any:
             start, _ = rss_kb()
             _reset_peak()
@@ -71,7 +68,7 @@ def _peaks_recorded(record: Callable[[str, int, int], None]) -> Iterator[None]:
             record(_stage, start, rss_kb()[1])
             return result
 
-        setattr(owner, name, timed)
+        setattr(owner, name, recorded)
     try:
         yield
     finally:
@@ -81,7 +78,7 @@ def _peaks_recorded(record: Callable[[str, int, int], None]) -> Iterator[None]:
 
 def stream_live(total_bytes: float, groups: int, poll_messages: int) -> dict[str, Any]:
     """``bench.memory.stream`` with each stage's peak recorded (in this process)."""
-    calls: dict[str, list[tuple[int, int]]] = {stage: [] for stage in stages()}
+    calls: dict[str, list[tuple[int, int]]] = {stage: [] for stage in STAGES}
     with _peaks_recorded(lambda stage, start, peak: calls[stage].append((start, peak))):
         streamed = stream(total_bytes, groups, poll_messages)
     figures = {}
@@ -102,25 +99,18 @@ def measure(total_bytes: float, groups: int, poll_messages: int) -> dict[str, An
     """``stream_live`` in a fresh interpreter that hands freed memory back at once."""
     env = dict(os.environ)
     env[ALLOCATOR_ENV] = ",".join(filter(None, [env.get(ALLOCATOR_ENV), PURGE_AT_ONCE]))
-    spec = json.dumps({"bytes": total_bytes, "groups": groups, "poll_messages": poll_messages})
-    done = subprocess.run([sys.executable, "-m", "bench.memory_floor", "--worker", spec],
-                          capture_output=True, text=True, check=False, timeout=3600, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"the memory floor worker failed: {done.stderr.strip()[-800:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return in_fresh_interpreter(["bench.memory_floor", "--worker"], total_bytes, groups,
+                                poll_messages, env=env)
 
 
 def bytes_a_group(low: dict[str, Any], high: dict[str, Any]) -> dict[str, float]:
-    """Live bytes an open group between two runs: steady, and at the highest stage peak
-    (the MiB figures are KiB / 1024, so 2**20 bytes each)."""
-    groups = high["groups"] - low["groups"]
-
+    """Live bytes an open group between two runs: steady, and at the highest stage peak."""
     def top(run: dict[str, Any]) -> float:
         return float(max(stage["peak_mb"] for stage in run["stages"].values()))
 
-    return {"steady": (high["steady_live_mb"] - low["steady_live_mb"]) * 2**20 / groups,
-            "working_set": (top(high) - top(low)) * 2**20 / groups}
+    groups = low["groups"], high["groups"]
+    return {"steady": bytes_per_group(low["steady_live_mb"], high["steady_live_mb"], *groups),
+            "working_set": bytes_per_group(top(low), top(high), *groups)}
 
 
 def _worker(spec: str) -> None:

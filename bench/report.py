@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import describe
+from bench.memory import bytes_per_group
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -83,9 +84,8 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
                      abs(change) <= 0.10 and abs(peak) <= 0.10))
     if (sweep := memory.get("sweep", [])) and len(sweep) > 1:
         low, high = sweep[0], sweep[-1]
-        # RSS is read from /proc in KiB and kept in MiB (bench.memory), so 2**20 a "MB".
-        per_group = ((high["steady_rss_mb"] - low["steady_rss_mb"]) * 2**20
-                     / (high["groups"] - low["groups"]))
+        per_group = bytes_per_group(low["steady_rss_mb"], high["steady_rss_mb"],
+                                    low["groups"], high["groups"])
         label = (f"steady RSS, {low['groups']:,} -> {high['groups']:,} groups, "
                  f"{_gb(high['bytes'])} each")
         rows.append((f"memory per open group <= 300 bytes ({label})", f"{per_group:.0f} bytes",

@@ -8,6 +8,10 @@ interleaved. Each stage below leaves out more of what arrowagg must do:
   copying (``pl.from_arrow(..., rechunk=False)``), the window column and the kernel's
   aggregates in **one** streaming ``group_by`` over all rows: what a fluent Polars user
   writes for a batch job; no output;
+- ``polars_with_output``: that run, and each window's result then encoded as arrowagg
+  encodes its own (``wire.output.encode_window``): the floor of any Polars pipeline that
+  reads the same bytes and writes the same output, measured whole rather than summed
+  from its parts;
 - ``polars_group_by``: that ``group_by`` alone, over the frame built before the clock
   starts: the engine's grouping floor on this data;
 - ``int_key_in_query``: the same groups on **one** Int64 key (window index and the keys'
@@ -40,7 +44,9 @@ from bench.payloads import WINDOW_MS, Payloads
 from bench.sizes import FULL, SMOKE
 from consumer.core.plan import AggregationPlan, derive_plan
 from consumer.core.types import ClosedWindow
-from wire.output import encode_window
+from wire.output import OutputMessage, decode_output, encode_window
+
+_MAX_BYTES = 1_000_000  # the output messages' limit in the bench's settings
 
 
 def _frame(payloads: Payloads) -> pl.DataFrame:
@@ -100,6 +106,22 @@ def run_polars_from_bytes(payloads: Payloads, _poll: int) -> pl.DataFrame:
     return _group_by(_frame(payloads), payloads)
 
 
+def run_polars_with_output(payloads: Payloads, _poll: int) -> list[list[OutputMessage]]:
+    """``run_polars_from_bytes`` and every window's result encoded for the output topic."""
+    grouped = run_polars_from_bytes(payloads, _poll)
+    at = pl.Datetime("ms", "UTC")
+    windows = grouped.select(  # arrowagg's output columns, their order and types
+        pl.col("window_start").cast(at), (pl.col("window_start") + WINDOW_MS).cast(at)
+        .alias("window_end"), pl.exclude("window_start", "row_count"),
+        pl.col("row_count").cast(pl.Int64),
+    ).partition_by("window_start")
+    return [encode_window(w, start_ms=_first_ms(w, "window_start"),
+                          end_ms=_first_ms(w, "window_end"),
+                          input_rows=int(w.get_column("row_count").sum()), fmt="arrow",
+                          compression="zstd", max_bytes=_MAX_BYTES)
+            for w in windows]
+
+
 def _timed(runners: dict[str, Callable[[], Any]], repetitions: int) -> dict[str, list[float]]:
     seconds: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(repetitions):
@@ -119,13 +141,16 @@ def measure(built: Payloads, *, repetitions: int, poll_messages: int) -> dict[st
     aggregates = _aggregates(_plan(built))
     windows = _windows(built, poll_messages)
     reference = kernel.run_arrowagg(built, poll_messages)
-    kernel.check_agreement({"arrowagg": reference,
-                            "polars_from_bytes": run_polars_from_bytes(built, poll_messages)})
+    kernel.check_agreement({
+        "arrowagg": reference,
+        "polars_from_bytes": run_polars_from_bytes(built, poll_messages),
+        "polars_with_output": _decoded(run_polars_with_output(built, poll_messages))})
     _check_int_key(_int_key_group_by(keyed.lazy(), "key", aggregates), reference)
     runners: dict[str, Callable[[], Any]] = {
         "arrowagg": lambda: kernel.run_arrowagg(built, poll_messages),
         "datafusion": lambda: kernel.run_datafusion(built, poll_messages),
         "polars_from_bytes": lambda: run_polars_from_bytes(built, poll_messages),
+        "polars_with_output": lambda: run_polars_with_output(built, poll_messages),
         "polars_group_by": lambda: _group_by(frame, built),
         "int_key_in_query": lambda: _int_key_group_by(frame.lazy(), key, aggregates),
         "int_key_group_by": lambda: _int_key_group_by(keyed.lazy(), "key", aggregates),
@@ -135,6 +160,16 @@ def measure(built: Payloads, *, repetitions: int, poll_messages: int) -> dict[st
     medians = {name: statistics.median(runs) for name, runs in seconds.items()}
     return {"case": built.case.name, "encoding": built.encoding, "rows": built.rows,
             "median_s": medians, "seconds": seconds}
+
+
+def _first_ms(frame: pl.DataFrame, column: str) -> int:
+    return int(frame.get_column(column).dt.epoch("ms").item(0))
+
+
+def _decoded(windows: list[list[OutputMessage]]) -> pl.DataFrame:
+    """The rows the encoded windows hold, read back as a subscriber reads them."""
+    return pl.concat([decode_output(m.value, m.headers).frame
+                      for messages in windows for m in messages])
 
 
 def _check_int_key(grouped: pl.DataFrame, reference: pl.DataFrame) -> None:
@@ -153,7 +188,7 @@ def _windows(built: Payloads, poll_messages: int) -> list[ClosedWindow]:
 def _encode(window: ClosedWindow) -> Any:
     return encode_window(window.frame, start_ms=window.start_ms, end_ms=window.end_ms,
                          input_rows=window.input_rows, fmt="arrow", compression="zstd",
-                         max_bytes=1_000_000)
+                         max_bytes=_MAX_BYTES)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

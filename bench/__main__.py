@@ -104,6 +104,7 @@ def run_e2e(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
             "daemon": partial(e2e.run_daemon, bootstrap, topic),
             "overlapped": partial(e2e.run_overlapped, bootstrap, topic),
             "pipeline_alone": partial(e2e.run_pipeline_alone, topic),
+            "polars_reader": partial(e2e.run_polars_reader, bootstrap, topic),
         }
         figures = {}
         for name, run in readers.items():

@@ -108,7 +108,12 @@ def run_polars_from_bytes(payloads: Payloads, _poll: int) -> pl.DataFrame:
 
 def run_polars_with_output(payloads: Payloads, _poll: int) -> list[list[OutputMessage]]:
     """``run_polars_from_bytes`` and every window's result encoded for the output topic."""
-    grouped = run_polars_from_bytes(payloads, _poll)
+    return encoded_windows(run_polars_from_bytes(payloads, _poll))
+
+
+def encoded_windows(grouped: pl.DataFrame) -> list[list[OutputMessage]]:
+    """A (window_start in ms, keys, aggregates, row_count) result, each window encoded as
+    arrowagg encodes its own (Arrow IPC, zstd, messages of at most 1 MB)."""
     at = pl.Datetime("ms", "UTC")
     windows = grouped.select(  # arrowagg's output columns, their order and types
         pl.col("window_start").cast(at), (pl.col("window_start") + WINDOW_MS).cast(at)

@@ -224,6 +224,8 @@ E2E_NAMES = {
     "raw_small_batches": "raw consume, consume(32, 0.2)",
     "overlapped": "floor: a reader thread prefetching for the daemon's pipeline, no transactions",
     "pipeline_alone": "floor: the daemon's pipeline on the same messages, no broker",
+    "polars_reader": "floor: Polars at its best reading the broker (no validation, "
+                     "grouped a poll at a time, output encoded, no transactions)",
 }
 
 

@@ -61,7 +61,7 @@ def test_the_harness_writes_figures_for_every_peer(
     assert len(results["kernel"]) == len(SMOKE.kernel_cases) * len(payloads.ENCODINGS)
     for readers in results["e2e"]["encodings"].values():
         assert {"daemon", "raw_daemon_batches", "raw_small_batches", "overlapped",
-                "pipeline_alone"} <= set(readers)
+                "pipeline_alone", "polars_reader"} <= set(readers)
         assert all(r["rows_per_s"] > 0 for r in readers.values())
     peers = results["e2e"]["peers"]
     ours = peers["arrowagg"]

@@ -5,7 +5,8 @@ keeps freed pages, and that purging on every free (``dirty_decay_ms:0``) halves 
 doubles the kernel's time. This measures the middle way a daemon could take if Polars let
 it: keep the decay, and purge every arena once a merge is done (through Polars'
 unexported ``mallctl``, ``bench.jemalloc``), only after merges whose state has at least
-``--min-rows`` groups. Both sides run the daemon's pipeline:
+``--min-rows`` groups (100k by default: a daemon at 10k groups never purges). Both sides
+run the daemon's pipeline:
 
 - memory: ``bench.memory``'s stream (steady and peak RSS, bytes an open group between
   10k and 1M groups), each run in a fresh interpreter;
@@ -68,7 +69,7 @@ def stream(total_bytes: float, groups: int, poll_messages: int,
 
 def measure_memory(total_bytes: float, groups: int, poll_messages: int,
                    min_rows: int | None) -> dict[str, Any]:
-    mode = [] if min_rows is None else ["--min-rows", str(min_rows)]
+    mode = ["--no-purge"] if min_rows is None else ["--min-rows", str(min_rows)]
     return memory.in_fresh_interpreter(["bench.purge", *mode, "--worker"], total_bytes,
                                        groups, poll_messages)
 
@@ -92,16 +93,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.purge", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes")
-    parser.add_argument("--min-rows", type=int, default=None,
-                        help="purge only after merges into states of this many groups")
+    parser.add_argument("--min-rows", type=int, default=100_000,
+                        help="purge only after merges into states of this many groups "
+                             "(0: after every merge)")
+    parser.add_argument("--no-purge", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         spec = json.loads(args.worker)
         print(json.dumps(stream(float(spec["bytes"]), int(spec["groups"]),
-                                int(spec["poll_messages"]), args.min_rows)))
+                                int(spec["poll_messages"]),
+                                None if args.no_purge else args.min_rows)))
         return 0
-    min_rows = 0 if args.min_rows is None else args.min_rows
+    min_rows = args.min_rows
     total, groups, poll = (1e8, (100, 2_000), 1) if args.smoke else (4e9, (10_000, 1_000_000), 16)
     runs = {mode: [measure_memory(total, g, poll, rows) for g in groups]
             for mode, rows in (("kept", None), ("purged", min_rows))}

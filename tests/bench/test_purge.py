@@ -53,8 +53,10 @@ def test_merges_into_big_enough_states_are_followed_by_a_purge() -> None:
     assert PartialAggregator.merge is merge
 
 
-def test_the_memory_point_runs_in_a_fresh_interpreter() -> None:
-    run = purge.measure_memory(1e8, 2_000, 1, min_rows=0)
-    assert run["groups"] == 2_000
-    assert run["purges"] > 0
-    assert run["steady_rss_mb"] > 0
+def test_each_memory_point_runs_in_a_fresh_interpreter_purging_or_not() -> None:
+    purged = purge.measure_memory(1e8, 2_000, 1, min_rows=0)
+    kept = purge.measure_memory(1e8, 2_000, 1, min_rows=None)
+    assert purged["groups"] == kept["groups"] == 2_000
+    assert purged["purges"] > 0
+    assert kept["purges"] == 0
+    assert purged["steady_rss_mb"] > 0

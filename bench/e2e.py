@@ -174,15 +174,24 @@ def run_daemon(bootstrap: str, topic: Topic, *, timeout_s: float = 600) -> dict[
                                    "messages_per_poll": watch.messages / max(watch.polls, 1)})
 
 
+def _subscribed(bootstrap: str, topic: Topic) -> tuple[Consumer, list[float]]:
+    """A consumer with the daemon's settings, subscribed to ``topic`` in a fresh group,
+    and the list its assignment time will be appended to (where every reader's clock
+    starts)."""
+    settings = daemon_settings(bootstrap, topic.name, "unused")
+    consumer = Consumer({k: v for k, v in consumer_config(settings.kafka, settings.processing)
+                         .items() if k != "logger"})
+    assigned: list[float] = []
+    consumer.subscribe([topic.name],
+                       on_assign=lambda _c, _p: assigned.append(time.perf_counter()))
+    return consumer, assigned
+
+
 def run_raw(bootstrap: str, topic: Topic, *, batch: int, like_daemon: bool = False,
             ) -> dict[str, Any]:
     """Read every message with ``consume(batch, 0.2)`` (or, ``like_daemon``, the daemon's
     own ``take_batch``); touch only its length."""
-    settings = daemon_settings(bootstrap, topic.name, "unused")
-    consumer = Consumer({k: v for k, v in consumer_config(settings.kafka, settings.processing)
-                         .items() if k != "logger"})
-    first: list[float] = []
-    consumer.subscribe([topic.name], on_assign=lambda _c, _p: first.append(time.perf_counter()))
+    consumer, first = _subscribed(bootstrap, topic)
     seen = nbytes = 0
     try:
         while seen < topic.messages:
@@ -204,12 +213,8 @@ def run_overlapped(bootstrap: str, topic: Topic, *, batch: int = 500) -> dict[st
     daemon's pipeline (decode, window, aggregate, close, encode) on its polls in this
     thread, two polls of prefetch between them; from the assignment to the last window
     encoded. The output is not produced and nothing is committed."""
-    settings = daemon_settings(bootstrap, topic.name, "unused")
-    consumer = Consumer({k: v for k, v in consumer_config(settings.kafka, settings.processing)
-                         .items() if k != "logger"})
+    consumer, first = _subscribed(bootstrap, topic)
     polls: queue.Queue[list[InputMessage] | None] = queue.Queue(maxsize=2)
-    first: list[float] = []
-    consumer.subscribe([topic.name], on_assign=lambda _c, _p: first.append(time.perf_counter()))
 
     def read() -> None:
         seen = 0
@@ -241,12 +246,8 @@ def run_polars_reader(bootstrap: str, topic: Topic, *, batch: int = 100) -> dict
     thread groups each poll, then merges the partials and encodes the windows. The
     fastest of the shapes tried (polls of 100, 300 or 500 messages grouped as they come,
     in this thread or behind a reader thread; everything read first and grouped once)."""
-    settings = daemon_settings(bootstrap, topic.name, "unused")
-    consumer = Consumer({k: v for k, v in consumer_config(settings.kafka, settings.processing)
-                         .items() if k != "logger"})
+    consumer, first = _subscribed(bootstrap, topic)
     polls: queue.Queue[list[pa.Table] | None] = queue.Queue(maxsize=2)
-    first: list[float] = []
-    consumer.subscribe([topic.name], on_assign=lambda _c, _p: first.append(time.perf_counter()))
 
     def read() -> None:
         seen = 0

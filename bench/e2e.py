@@ -39,7 +39,7 @@ from pyarrow import ipc
 
 from bench.broker import create_topic, delete_topics, fill
 from bench.floor import encoded_windows
-from bench.kernel import schema_of
+from bench.kernel import POLARS_FUNCS, schema_of, seed_aggregates
 from bench.payloads import WINDOW_MS, Encoding, Payloads, build, sentinel
 from bench.sizes import KernelCase
 from consumer.compose import build_pipeline, build_processor
@@ -263,9 +263,8 @@ def run_polars_reader(bootstrap: str, topic: Topic, *, batch: int = 100) -> dict
 
     plan = derive_plan(schema_of(topic.payloads.values[0]), time_column="ts")
     window = (pl.col("ts").dt.epoch("ms") // WINDOW_MS * WINDOW_MS).alias("window_start")
-    partial_exprs = [*(_AGGREGATE[a.func](pl.col(a.name)) for a in plan.aggregates),
-                     pl.len().alias("row_count")]
-    merge_exprs = [*(_AGGREGATE[a.func](pl.col(a.name)) for a in plan.aggregates),
+    partial_exprs = seed_aggregates(plan)
+    merge_exprs = [*(POLARS_FUNCS[a.func](pl.col(a.name)) for a in plan.aggregates),
                    pl.col("row_count").sum()]
     reader = threading.Thread(target=read, name="bench-polars-reader", daemon=True)
     reader.start()
@@ -288,9 +287,6 @@ def run_polars_reader(bootstrap: str, topic: Topic, *, batch: int = 100) -> dict
         raise RuntimeError(f"the Polars reader grouped {rows_seen} rows of "
                            f"{topic.payloads.rows + topic.partitions}")
     return _rates(topic, last - first[0], {"windows": len(windows)})
-
-
-_AGGREGATE = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
 
 
 def run_pipeline_alone(topic: Topic, *, poll_messages: int = 128) -> dict[str, Any]:

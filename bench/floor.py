@@ -60,18 +60,11 @@ def _plan(payloads: Payloads) -> AggregationPlan:
     return derive_plan(kernel.schema_of(payloads.values[0]), time_column="ts")
 
 
-def _aggregates(plan: AggregationPlan) -> list[pl.Expr]:
-    """The seed's aggregates, as bench.kernel's SQL peers compute them."""
-    funcs = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
-    return [*(funcs[a.func](pl.col(a.name)) for a in plan.aggregates),
-            pl.len().alias("row_count")]
-
-
 def _group_by(frame: pl.DataFrame, payloads: Payloads) -> pl.DataFrame:
     """The seed's aggregates per (window, keys)."""
     plan = _plan(payloads)
     window = (pl.col("ts").dt.epoch("ms") // WINDOW_MS * WINDOW_MS).alias("window_start")
-    return frame.lazy().group_by(window, *plan.keys).agg(_aggregates(plan)).collect(
+    return frame.lazy().group_by(window, *plan.keys).agg(kernel.seed_aggregates(plan)).collect(
         engine="streaming")
 
 
@@ -143,7 +136,7 @@ def measure(built: Payloads, *, repetitions: int, poll_messages: int) -> dict[st
     frame = _frame(built)
     key = _packed_key(frame, built)
     keyed = frame.with_columns(key)
-    aggregates = _aggregates(_plan(built))
+    aggregates = kernel.seed_aggregates(_plan(built))
     windows = _windows(built, poll_messages)
     reference = kernel.run_arrowagg(built, poll_messages)
     kernel.check_agreement({

@@ -103,14 +103,22 @@ def run_duckdb(payloads: Payloads, _poll: int) -> pa.Table:
         con.close()
 
 
+def seed_aggregates(plan: AggregationPlan) -> list[pl.Expr]:
+    """The seed's aggregates in Polars, as the SQL peers compute them, and the row count."""
+    return [*(POLARS_FUNCS[a.func](pl.col(a.name)) for a in plan.aggregates),
+            pl.len().alias("row_count")]
+
+
+# The seed's functions as Polars expressions (its rules give only these three).
+POLARS_FUNCS = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
+
+
 def run_polars_naive(payloads: Payloads, _poll: int) -> pl.DataFrame:
     frames = [pl.from_arrow(ipc.open_stream(value).read_all()) for value in payloads.values]
     rows = pl.concat([f for f in frames if isinstance(f, pl.DataFrame)])
     plan = _plan(_schema(payloads))
-    funcs = {"sum": pl.Expr.sum, "min": pl.Expr.min, "max": pl.Expr.max}
     window = pl.col("ts").dt.epoch("ms") // WINDOW_MS * WINDOW_MS
-    return rows.group_by(window.alias("window_start"), *plan.keys).agg(
-        *(funcs[a.func](pl.col(a.name)) for a in plan.aggregates), pl.len().alias("row_count"))
+    return rows.group_by(window.alias("window_start"), *plan.keys).agg(seed_aggregates(plan))
 
 
 def _schema(payloads: Payloads) -> pa.Schema:

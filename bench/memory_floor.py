@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import rss_kb
-from bench.memory import bytes_per_group, in_fresh_interpreter, stream
+from bench.memory import FULL_POINTS, SMOKE_POINTS, bytes_per_group, in_fresh_interpreter, stream
 from consumer.allocator import ALLOCATOR_ENV
 from consumer.core.aggregate import PartialAggregator
 from consumer.core.emit import FinalWindows
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker:
         _worker(args.worker)
         return 0
-    total, groups, poll = (1e8, (100, 2_000), 1) if args.smoke else (4e9, (10_000, 1_000_000), 16)
+    total, groups, poll = SMOKE_POINTS if args.smoke else FULL_POINTS
     runs = [measure(total, g, poll) for g in groups]
     for run in runs:
         stage_text = ", ".join(

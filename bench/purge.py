@@ -24,14 +24,14 @@ import json
 import statistics
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import polars as pl
 
 from bench import jemalloc, kernel, memory
 from bench.payloads import build
-from bench.sizes import FULL, SMOKE
+from bench.sizes import FULL, SMOKE, KernelCase
 from consumer.core.aggregate import PartialAggregator
 
 
@@ -74,17 +74,16 @@ def measure_memory(total_bytes: float, groups: int, poll_messages: int,
                                        groups, poll_messages)
 
 
-def measure_kernel(case_index: int, *, smoke: bool, min_rows: int,
-                   repetitions: int) -> dict[str, list[float]]:
+def measure_kernel(case: KernelCase, poll_messages: int, *,
+                   min_rows: int) -> dict[str, list[float]]:
     """Seconds of arrowagg's kernel run without and with the purge, interleaved."""
-    sizes = SMOKE if smoke else FULL
-    built = build(sizes.kernel_cases[case_index], "dictionary")
+    built = build(case, "dictionary")
     seconds: dict[str, list[float]] = {"kept": [], "purged": []}
-    for _ in range(repetitions):
+    for _ in range(case.repetitions):
         for mode, runs in seconds.items():
-            with purging_after_merges(min_rows if mode == "purged" else 2**62):
+            with purging_after_merges(min_rows) if mode == "purged" else nullcontext():
                 started = time.perf_counter()
-                kernel.run_arrowagg(built, sizes.poll_messages)
+                kernel.run_arrowagg(built, poll_messages)
                 runs.append(time.perf_counter() - started)
     return seconds
 
@@ -106,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 None if args.no_purge else args.min_rows)))
         return 0
     min_rows = args.min_rows
-    total, groups, poll = (1e8, (100, 2_000), 1) if args.smoke else (4e9, (10_000, 1_000_000), 16)
+    total, groups, poll = memory.SMOKE_POINTS if args.smoke else memory.FULL_POINTS
     runs = {mode: [measure_memory(total, g, poll, rows) for g in groups]
             for mode, rows in (("kept", None), ("purged", min_rows))}
     for mode, (low, high) in runs.items():
@@ -117,10 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{high['peak_rss_mb']:.0f} MiB at {low['groups']:,} / {high['groups']:,} "
               f"groups ({high['purges']} purges): {per_group:.0f} bytes an open group",
               flush=True)
-    cases = SMOKE.kernel_cases if args.smoke else FULL.kernel_cases
-    for index, case in enumerate(cases):
-        seconds = measure_kernel(index, smoke=args.smoke, min_rows=min_rows,
-                                 repetitions=1 if args.smoke else case.repetitions)
+    sizes = SMOKE if args.smoke else FULL
+    for case in sizes.kernel_cases:
+        seconds = measure_kernel(case, sizes.poll_messages, min_rows=min_rows)
         print(f"kernel, {case.name}, dictionary keys: " + ", ".join(
             f"freed pages {mode} {min(s):.3f}-{max(s):.3f} s (median {statistics.median(s):.3f})"
             for mode, s in seconds.items()), flush=True)

@@ -24,23 +24,23 @@ data, so no reader waits for an idle timeout.
 from __future__ import annotations
 
 import math
-import queue
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
-import polars as pl
 import pyarrow as pa
 from confluent_kafka import Consumer
 from pyarrow import ipc
 
 from bench.broker import create_topic, delete_topics, fill
-from bench.floor import encoded_windows
-from bench.kernel import POLARS_FUNCS, schema_of, seed_aggregates
+from bench.floor import encoded_windows, grouped_polls
+from bench.kernel import schema_of
 from bench.payloads import WINDOW_MS, Encoding, Payloads, build, sentinel
+from bench.read_ahead import read_ahead
 from bench.sizes import KernelCase
 from consumer.compose import build_pipeline, build_processor
 from consumer.config import Settings, settings_from_dict
@@ -214,28 +214,22 @@ def run_overlapped(bootstrap: str, topic: Topic, *, batch: int = 500) -> dict[st
     thread, two polls of prefetch between them; from the assignment to the last window
     encoded. The output is not produced and nothing is committed."""
     consumer, first = _subscribed(bootstrap, topic)
-    polls: queue.Queue[list[InputMessage] | None] = queue.Queue(maxsize=2)
 
-    def read() -> None:
+    def polls() -> Iterator[list[InputMessage]]:
         seen = 0
-        try:
-            while seen < topic.messages:
-                poll = [InputMessage((m.topic() or "", m.partition() or 0), m.offset() or 0,
-                                     m.value())
-                        for m in take_batch(consumer, batch, 0.2) if m.error() is None]
-                seen += len(poll)
-                if poll:
-                    polls.put(poll)
-        finally:
-            polls.put(None)
+        while seen < topic.messages:
+            poll = [InputMessage((m.topic() or "", m.partition() or 0), m.offset() or 0,
+                                 m.value())
+                    for m in take_batch(consumer, batch, 0.2) if m.error() is None]
+            seen += len(poll)
+            if poll:
+                yield poll
 
-    reader = threading.Thread(target=read, name="bench-reader", daemon=True)
-    reader.start()
     try:
-        windows = _drive(topic, iter(polls.get, None))
+        with closing(read_ahead(polls())) as ahead:
+            windows = _drive(topic, ahead)
         last = time.perf_counter()
     finally:
-        reader.join(60)
         consumer.close()
     return _rates(topic, last - first[0], {"windows": windows})
 
@@ -247,40 +241,23 @@ def run_polars_reader(bootstrap: str, topic: Topic, *, batch: int = 100) -> dict
     fastest of the shapes tried (polls of 100, 300 or 500 messages grouped as they come,
     in this thread or behind a reader thread; everything read first and grouped once)."""
     consumer, first = _subscribed(bootstrap, topic)
-    polls: queue.Queue[list[pa.Table] | None] = queue.Queue(maxsize=2)
 
-    def read() -> None:
+    def polls() -> Iterator[list[pa.Table]]:
         seen = 0
-        try:
-            while seen < topic.messages:
-                tables = [ipc.open_stream(m.value()).read_all()
-                          for m in consumer.consume(batch, 0.2) if m.error() is None]
-                seen += len(tables)
-                if tables:
-                    polls.put(tables)
-        finally:
-            polls.put(None)
+        while seen < topic.messages:
+            tables = [ipc.open_stream(m.value()).read_all()
+                      for m in consumer.consume(batch, 0.2) if m.error() is None]
+            seen += len(tables)
+            if tables:
+                yield tables
 
     plan = derive_plan(schema_of(topic.payloads.values[0]), time_column="ts")
-    window = (pl.col("ts").dt.epoch("ms") // WINDOW_MS * WINDOW_MS).alias("window_start")
-    partial_exprs = seed_aggregates(plan)
-    merge_exprs = [*(POLARS_FUNCS[a.func](pl.col(a.name)) for a in plan.aggregates),
-                   pl.col("row_count").sum()]
-    reader = threading.Thread(target=read, name="bench-polars-reader", daemon=True)
-    reader.start()
     try:
-        partials = []
-        for tables in iter(polls.get, None):
-            rows = pl.from_arrow(pa.concat_tables(tables), rechunk=False)
-            assert isinstance(rows, pl.DataFrame)  # noqa: S101
-            partials.append(rows.lazy().group_by(window, *plan.keys).agg(partial_exprs)
-                            .collect(engine="streaming"))
-        merged = pl.concat(partials).lazy().group_by("window_start", *plan.keys).agg(
-            merge_exprs).collect(engine="streaming")
+        with closing(read_ahead(polls())) as ahead:
+            merged = grouped_polls(ahead, plan)
         windows = encoded_windows(merged)
         last = time.perf_counter()
     finally:
-        reader.join(60)
         consumer.close()
     rows_seen = merged.get_column("row_count").sum()
     if rows_seen != topic.payloads.rows + topic.partitions:  # the data and the sentinels

@@ -1,0 +1,45 @@
+"""bench.floor's instruments: what they switch off is off only while they run, and the
+Polars floors in arrowagg's shape give arrowagg's result."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyarrow import ipc
+
+from bench import floor, kernel, payloads
+from bench.sizes import KernelCase
+from wire.input import WireFormatError, decode_ipc_stream
+
+
+def _invalid_utf8() -> bytes:
+    """An IPC stream whose one string is the byte 0xff: well formed, invalid UTF-8."""
+    strings = pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(
+        pa.array([0, 1], pa.int32()).buffers()[1]), pa.py_buffer(b"\xff")])
+    batch = pa.record_batch([strings], names=["site"])
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    value: bytes = sink.getvalue().to_pybytes()
+    return value
+
+
+def test_input_unchecked_skips_validation_only_while_open() -> None:
+    value = _invalid_utf8()
+    with pytest.raises(WireFormatError, match="Invalid UTF8"):
+        decode_ipc_stream(value)
+    with floor.input_unchecked():
+        assert decode_ipc_stream(value).num_rows == 1
+    with pytest.raises(WireFormatError):
+        decode_ipc_stream(value)
+
+
+@pytest.mark.parametrize("encoding", payloads.ENCODINGS)
+def test_the_per_poll_floors_give_arrowaggs_result(encoding: payloads.Encoding) -> None:
+    built = payloads.build(KernelCase("toy", 6, 400, 30, 3), encoding)
+    kernel.check_agreement({
+        "arrowagg": kernel.run_arrowagg(built, 2),
+        "arrowagg_unchecked": floor.run_arrowagg_unchecked(built, 2),
+        "polars_per_poll": floor.decoded_rows(floor.run_polars_per_poll(built, 2)),
+        "polars_read_ahead": floor.decoded_rows(floor.run_polars_read_ahead(built, 2)),
+    })

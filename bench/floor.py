@@ -5,7 +5,8 @@ on the same data, timed beside DataFusion (and arrowagg) in one process, repetit
 interleaved. Each stage below leaves out more of what arrowagg must do:
 
 - ``polars_from_bytes``: pyarrow reads each message (no validation), one frame without
-  copying (``pl.from_arrow(..., rechunk=False)``), the window column and the kernel's
+  copying (``consumer.core.decode.poll_frame``: ``pl.from_arrow(..., rechunk=False)``,
+  plain strings cast to string views by pyarrow first), the window column and the kernel's
   aggregates in **one** streaming ``group_by`` over all rows: what a fluent Polars user
   writes for a batch job; no output;
 - ``polars_with_output``: that run, and each window's result then encoded as arrowagg
@@ -56,6 +57,7 @@ from bench import kernel, payloads
 from bench.payloads import WINDOW_MS, Payloads
 from bench.read_ahead import read_ahead
 from bench.sizes import FULL, SMOKE
+from consumer.core.decode import poll_frame
 from consumer.core.plan import AggregationPlan, derive_plan
 from consumer.core.types import ClosedWindow
 from wire import input as wire_input
@@ -65,10 +67,7 @@ _MAX_BYTES = 1_000_000  # the output messages' limit in the bench's settings
 
 
 def _frame(payloads: Payloads) -> pl.DataFrame:
-    tables = [ipc.open_stream(value).read_all() for value in payloads.values]
-    frame = pl.from_arrow(pa.concat_tables(tables), rechunk=False)
-    assert isinstance(frame, pl.DataFrame)  # noqa: S101
-    return frame
+    return poll_frame([ipc.open_stream(value).read_all() for value in payloads.values])
 
 
 def _plan(payloads: Payloads) -> AggregationPlan:
@@ -122,12 +121,8 @@ def grouped_polls(polls: Iterable[Sequence[pa.Table]], plan: AggregationPlan) ->
     partial_exprs = kernel.seed_aggregates(plan)
     merge_exprs = [*(kernel.POLARS_FUNCS[a.func](pl.col(a.name)) for a in plan.aggregates),
                    pl.col("row_count").sum()]
-    partials = []
-    for tables in polls:
-        rows = pl.from_arrow(pa.concat_tables(tables), rechunk=False)
-        assert isinstance(rows, pl.DataFrame)  # noqa: S101 - a Table gives a frame
-        partials.append(rows.lazy().group_by(window, *plan.keys).agg(partial_exprs)
-                        .collect(engine="streaming"))
+    partials = [poll_frame(tables).lazy().group_by(window, *plan.keys).agg(partial_exprs)
+                .collect(engine="streaming") for tables in polls]
     return pl.concat(partials).lazy().group_by("window_start", *plan.keys).agg(
         merge_exprs).collect(engine="streaming")
 

@@ -15,8 +15,9 @@ interleaved. Each stage below leaves out more of what arrowagg must do:
   from its parts;
 - ``polars_per_poll``: the same job in arrowagg's shape: the messages read ``poll`` at a
   time, each poll grouped as it is read, the partial results merged once at the end,
-  every window encoded. Smaller groupings stay in the caches: at 10k groups this is
-  faster than the one ``group_by`` over all rows;
+  every window encoded. At 10k groups with dictionary keys this is often the fastest
+  shape (a poll's rows group in less memory); at 1M groups it is the slowest (every poll
+  has nearly as many groups as rows);
 - ``polars_read_ahead``: ``polars_per_poll`` with the reading in a thread of its own,
   two polls ahead of the grouping;
 - ``arrowagg_unchecked``: arrowagg with ``wire.input``'s checks of untrusted bytes

@@ -42,9 +42,7 @@ interleaved. Each stage below leaves out more of what arrowagg must do:
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, closing, contextmanager
 from typing import Any
@@ -187,17 +185,6 @@ def encoded_windows(grouped: pl.DataFrame) -> list[list[OutputMessage]]:
             for w in windows]
 
 
-def _timed(runners: dict[str, Callable[[], Any]], repetitions: int) -> dict[str, list[float]]:
-    seconds: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(repetitions):
-        for name, run in runners.items():
-            gc.collect()
-            started = time.perf_counter()
-            run()
-            seconds[name].append(time.perf_counter() - started)
-    return seconds
-
-
 def measure(built: Payloads, *, repetitions: int, poll_messages: int) -> dict[str, Any]:
     """Median seconds of arrowagg, DataFusion and the Polars floor stages, interleaved."""
     frame = _frame(built)
@@ -229,7 +216,7 @@ def measure(built: Payloads, *, repetitions: int, poll_messages: int) -> dict[st
         "int_key_group_by": lambda: _int_key_group_by(keyed.lazy(), "key", aggregates),
         "output": lambda: [_encode(w) for w in windows],
     }
-    seconds = _timed(runners, repetitions)
+    seconds = kernel.interleaved_seconds(runners, repetitions)
     medians = {name: statistics.median(runs) for name, runs in seconds.items()}
     return {"case": built.case.name, "encoding": built.encoding, "rows": built.rows,
             "median_s": medians, "seconds": seconds}

@@ -19,6 +19,7 @@ import gc
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import datafusion
@@ -166,17 +167,26 @@ def check_agreement(results: dict[str, Any]) -> None:
             raise AssertionError(f"{peer} disagrees with arrowagg: {err}") from err
 
 
+def interleaved_seconds(runners: dict[str, Callable[[], object]],
+                        repetitions: int) -> dict[str, list[float]]:
+    """Seconds of each run, the runners taking turns in every repetition so drift hits
+    all alike; garbage is collected before each, outside the clock."""
+    seconds: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(repetitions):
+        for name, run in runners.items():
+            gc.collect()
+            started = time.perf_counter()
+            run()
+            seconds[name].append(time.perf_counter() - started)
+    return seconds
+
+
 def measure(payloads: Payloads, *, repetitions: int, poll_messages: int,
             peers: tuple[str, ...] = PEERS) -> dict[str, Any]:
     """Median seconds per peer; repetitions interleave the peers so drift hits all alike."""
     check_agreement({p: RUNNERS[p](payloads, poll_messages) for p in peers})
-    seconds: dict[str, list[float]] = {p: [] for p in peers}
-    for _ in range(repetitions):
-        for peer in peers:
-            gc.collect()
-            started = time.perf_counter()
-            RUNNERS[peer](payloads, poll_messages)
-            seconds[peer].append(time.perf_counter() - started)
+    seconds = interleaved_seconds(
+        {p: partial(RUNNERS[p], payloads, poll_messages) for p in peers}, repetitions)
     figures: dict[str, Any] = {}
     for peer, runs in seconds.items():
         median = statistics.median(runs)

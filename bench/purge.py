@@ -78,14 +78,14 @@ def measure_kernel(case: KernelCase, poll_messages: int, *,
                    min_rows: int) -> dict[str, list[float]]:
     """Seconds of arrowagg's kernel run without and with the purge, interleaved."""
     built = build(case, "dictionary")
-    seconds: dict[str, list[float]] = {"kept": [], "purged": []}
-    for _ in range(case.repetitions):
-        for mode, runs in seconds.items():
-            with purging_after_merges(min_rows) if mode == "purged" else nullcontext():
-                started = time.perf_counter()
-                kernel.run_arrowagg(built, poll_messages)
-                runs.append(time.perf_counter() - started)
-    return seconds
+
+    def run(*, purged: bool) -> None:
+        with purging_after_merges(min_rows) if purged else nullcontext():
+            kernel.run_arrowagg(built, poll_messages)
+
+    return kernel.interleaved_seconds(
+        {"kept": lambda: run(purged=False), "purged": lambda: run(purged=True)},
+        case.repetitions)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,7 +21,8 @@ from confluent_kafka.admin import AdminClient
 
 from consumer.compose import build_processor
 from consumer.config import Settings, settings_from_dict
-from consumer.kafka.processor import StreamProcessor, TurnSnapshot
+from consumer.core.poll import TurnSnapshot
+from consumer.kafka.processor import StreamProcessor
 from consumer.service.observer import ProcessorObserver
 from tests.conftest import KAFKA_LOCAL, REPO
 from wire.input import encode_ipc_stream, message_headers, schema_fingerprint

@@ -14,7 +14,7 @@ from consumer.compose import build_two_stages
 from consumer.config import settings_from_dict
 from consumer.kafka.processor import StreamProcessor
 from tests.consumer.kafka.fake_broker import FakeBroker, FakeConsumer, FakeSink
-from tests.consumer.kafka.test_processor import Clock
+from tests.consumer.kafka.rig import Clock
 from wire.input import encode_ipc_stream
 from wire.output import OutputWindow, WindowEnd, decode_message
 

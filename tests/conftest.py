@@ -3,7 +3,11 @@
 Broker selection, in order:
 1. ``KAFKA_BOOTSTRAP_SERVERS`` when set (any external broker);
 2. a testcontainers Kafka container when a Docker engine answers;
-3. ``scripts/kafka-local`` (Apache Kafka from Maven Central jars, no Docker needed).
+3. ``scripts/kafka-local`` (Apache Kafka from Maven Central jars, no Docker needed), in a
+   state directory of this session's own, on free ports: a demo, a daemon or another
+   test run beside it (even from the same checkout) neither lends it its broker nor
+   stops it. Every broker the suite starts shares the checkout's jars
+   (``KAFKA_LOCAL_JARS``), fetched once.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from confluent_kafka.cimpl import NewTopic
 
 REPO = Path(__file__).resolve().parent.parent
 KAFKA_LOCAL = REPO / "scripts" / "kafka-local"
+JARS = REPO / ".kafka-local" / "lib"
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,7 @@ class Broker:
 
 _broker_seen: list[Broker] = []
 _failures: list[str] = []
+_session_state: list[Path] = []  # the session broker's KAFKA_LOCAL_DIR, once made
 
 
 def _docker_answers() -> bool:
@@ -53,10 +59,17 @@ def _docker_answers() -> bool:
 
 
 def _kafka_local(command: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KAFKA_LOCAL_DIR": str(_session_state[0])}
     return subprocess.run(
         [sys.executable, str(KAFKA_LOCAL), command],
-        capture_output=True, text=True, check=False, timeout=180,
+        capture_output=True, text=True, check=False, timeout=180, env=env,
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    del config
+    # Every broker a test starts (and their children) takes the checkout's jars.
+    os.environ.setdefault("KAFKA_LOCAL_JARS", str(JARS))
 
 
 def _local_version() -> str:
@@ -64,7 +77,7 @@ def _local_version() -> str:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[Broker]:
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     if bootstrap := os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         broker = Broker(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "external")
         _broker_seen.append(broker)
@@ -78,9 +91,10 @@ def kafka_broker() -> Iterator[Broker]:
             _broker_seen.append(broker)
             yield broker
         return
-    already_running = _kafka_local("status").returncode == 0
+    _session_state.append(tmp_path_factory.mktemp("kafka-local"))
     started = _kafka_local("start")
     if started.returncode != 0:
+        _kafka_local("stop")
         pytest.exit(f"scripts/kafka-local start failed:\n{started.stderr}", returncode=3)
     broker = Broker(started.stdout.strip().splitlines()[-1], "scripts/kafka-local",
                     _local_version())
@@ -88,8 +102,7 @@ def kafka_broker() -> Iterator[Broker]:
     try:
         yield broker
     finally:
-        if not already_running:
-            _kafka_local("stop")
+        _kafka_local("stop")
 
 
 @pytest.fixture(scope="session")

@@ -12,20 +12,20 @@ from consumer.config import Settings, window_kind
 from consumer.core.budget import GroupBudget
 from consumer.core.decode import Decoder
 from consumer.core.dlq import DlqLimit
-from consumer.core.emit import REVISION, Routes
-from consumer.core.engine.base import WindowEngine
-from consumer.core.engine.count import CountWindowEngine
-from consumer.core.engine.session import SessionWindowEngine
-from consumer.core.engine.time import TimeWindowEngine
+from consumer.core.emit import REVISION, OutputSpec
 from consumer.core.pipeline import Pipeline
 from consumer.core.plan import AggregationPlan, Override, Quantile, derive_plan
 from consumer.core.poll import PollPipeline
-from consumer.core.sessions import SessionSpec
-from consumer.core.stage_one import PartialWindows
-from consumer.core.stage_two import StageTwo
-from consumer.core.two_stage import TwoStagePipeline
+from consumer.core.scale_out.pipeline import TwoStagePipeline
+from consumer.core.scale_out.stage_one import PartialEmitter
+from consumer.core.scale_out.stage_two import StageTwo
 from consumer.core.types import PartitionKey
-from consumer.core.windows import WindowSpec
+from consumer.core.windows.bounds import WindowSpec
+from consumer.core.windows.count.engine import CountWindowEngine
+from consumer.core.windows.engine import WindowEngine
+from consumer.core.windows.session.engine import SessionWindowEngine
+from consumer.core.windows.session.spans import SessionSpec
+from consumer.core.windows.time.engine import TimeWindowEngine
 from consumer.kafka.clients import (
     consumer_config,
     ensure_repartition_topic,
@@ -49,13 +49,13 @@ def build_pipeline(settings: Settings) -> Pipeline:
                             max_decoded_bytes=inputs.max_decoded_bytes_per_message),
         max_message_bytes=inputs.max_message_bytes,
     )
-    routes = Routes(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
+    routes = OutputSpec(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
                     dlq_topic=output.dlq_topic, output_format=output.format,
                     compression=output.compression, max_message_bytes=output.max_message_bytes,
                     drop_late=settings.window.late == "drop",
                     revision_column=settings.window.late == "revise")
     scale_out = settings.scale_out
-    emitter = None if scale_out is None else PartialWindows(
+    emitter = None if scale_out is None else PartialEmitter(
         scale_out.repartition_topic, scale_out.partitions,
         writer=instance_id(settings.processing), compression=output.compression,
         max_message_bytes=output.max_message_bytes)
@@ -78,7 +78,7 @@ def build_two_stages(settings: Settings, inputs: set[PartitionKey]) -> TwoStageP
     assert settings.scale_out is not None  # noqa: S101 - called only with a scale_out section
     stage_one = build_pipeline(settings)
     output = settings.output
-    routes = Routes(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
+    routes = OutputSpec(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
                     output_format=output.format, compression=output.compression,
                     max_message_bytes=output.max_message_bytes,
                     drop_late=settings.window.late == "drop")

@@ -48,7 +48,7 @@ class RepartitionFormatError(ArrowaggError):
 
 
 @dataclass(frozen=True)
-class PartitionProgress:
+class ReportedFrontier:
     """An input partition's progress as its stage-1 owner reports it."""
 
     topic: str
@@ -58,9 +58,9 @@ class PartitionProgress:
 
 
 @dataclass(frozen=True)
-class Progress:
+class ProgressRecord:
     writer: str
-    partitions: tuple[PartitionProgress, ...]
+    partitions: tuple[ReportedFrontier, ...]
     windows: tuple[tuple[int, int], ...]  # (start, end) of windows with partials just sent
 
 
@@ -84,7 +84,7 @@ def encode_partial(state: pa.Table, *, start_ms: int, end_ms: int, plan: str,
             for i, piece in enumerate(pieces, start=1)]
 
 
-def encode_progress(progress: Progress) -> tuple[bytes, list[tuple[str, bytes]]]:
+def encode_progress(progress: ProgressRecord) -> tuple[bytes, list[tuple[str, bytes]]]:
     value = json.dumps({
         "v": 1, "writer": progress.writer,
         "partitions": [[p.topic, p.partition, p.frontier_ms, p.idle]
@@ -113,16 +113,16 @@ def decode_partial(value: bytes | None, headers: Headers) -> Partial:
     return Partial(start, end, plan, decode_ipc_stream(value))
 
 
-def decode_progress(value: bytes | None) -> Progress:
+def decode_progress(value: bytes | None) -> ProgressRecord:
     try:
         data = json.loads(value or b"")
         if data.get("v") != 1:
             raise RepartitionFormatError(f"progress record of version {data.get('v')!r}")
         partitions = tuple(
-            PartitionProgress(str(t), int(p), None if f is None else int(f), bool(i))
+            ReportedFrontier(str(t), int(p), None if f is None else int(f), bool(i))
             for t, p, f, i in data["partitions"])
         windows = tuple((int(s), int(e)) for s, e in data["windows"])
-        return Progress(str(data["writer"]), partitions, windows)
+        return ProgressRecord(str(data["writer"]), partitions, windows)
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise RepartitionFormatError(f"malformed progress record ({err})") from err
 

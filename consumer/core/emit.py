@@ -1,7 +1,7 @@
 """What closed windows become: the emitters the pipeline hands them to.
 
-``FinalWindows`` encodes results for the output topic (one instance, or stage 2 of the
-scale-out); ``consumer/core/stage_one.py`` has the emitter of the scale-out's stage 1.
+``ResultEmitter`` encodes results for the output topic (one instance, or stage 2 of the
+scale-out); ``consumer/core/scale_out/stage_one.py`` has the emitter of the scale-out's stage 1.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ REVISION = "revision"
 
 
 @dataclass(frozen=True)
-class Routes:
+class OutputSpec:
     """Where records go and how windows are encoded."""
 
     output_topic: str
@@ -49,10 +49,10 @@ class WindowEmitter(Protocol):
         """Records to write with every commit (the scale-out's progress markers)."""
 
 
-class FinalWindows:
+class ResultEmitter:
     """One instance: each closed window's results, encoded for the output topic."""
 
-    def __init__(self, routes: Routes) -> None:
+    def __init__(self, routes: OutputSpec) -> None:
         self._routes = routes
 
     def window_records(self, window: ClosedWindow, plan: AggregationPlan,

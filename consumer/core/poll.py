@@ -2,7 +2,7 @@
 
 ``PollPipeline`` is the interface of a pipeline to the run loop
 (consumer/kafka/processor.py): ``Pipeline`` (consumer/core/pipeline.py) on one instance,
-or both stages of the scale-out (consumer/core/two_stage.py). ``Processed`` says what a
+or both stages of the scale-out (consumer/core/scale_out/pipeline.py). ``Processed`` says what a
 ``process`` call took in, ``Flush`` what the run loop must produce, commit, pause and
 resume at a turn's end, ``Counters`` what a pipeline has done so far, and
 ``TurnSnapshot`` where the run loop stood at the end of a turn.
@@ -69,7 +69,7 @@ class Flush:
 
 class PollPipeline(Protocol):
     """What the run loop drives: ``Pipeline``, or both stages of the scale-out
-    (consumer/core/two_stage.py)."""
+    (consumer/core/scale_out/pipeline.py)."""
 
     counters: Counters
 

@@ -18,7 +18,7 @@ import yaml
 from consumer.cli import main
 from consumer.compose import build_engine, plan_for
 from consumer.config import ConfigError, settings_from_dict
-from consumer.core.engine.session import SessionWindowEngine
+from consumer.core.windows.session.engine import SessionWindowEngine
 from consumer.kafka.tail import print_window
 from tests.conftest import REPO
 from wire.output import OutputWindow

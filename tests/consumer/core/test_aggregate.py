@@ -18,7 +18,7 @@ from polars.testing import assert_frame_equal
 from consumer.core.aggregate import _STREAMING_MERGE_FROM_ROWS, PartialAggregator
 from consumer.core.decode import Decoder, poll_frame
 from consumer.core.plan import AggregationPlan, derive_plan
-from consumer.core.window_store import WindowStore
+from consumer.core.windows.store import WindowStore
 from wire.input import DecodeLimits, dictionary_keys, encode_ipc_stream
 
 # -- the random-rows property -------------------------------------------------------------

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from consumer.core.decode import DecodedMessage, Decoder, RejectedMessageError
-from consumer.core.engine.time import TimeWindowEngine
 from consumer.core.plan import AggregationPlan, derive_plan
 from consumer.core.types import MessageRef
-from consumer.core.windows import WindowSpec
+from consumer.core.windows.bounds import WindowSpec
+from consumer.core.windows.time.engine import TimeWindowEngine
 from tests.mutations import mutated
 from wire.input import DecodeLimits, dictionary_keys, encode_ipc_stream
 

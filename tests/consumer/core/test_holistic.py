@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from consumer.core.budget import GroupBudget
-from consumer.core.engine.count import CountWindowEngine
-from consumer.core.engine.time import TimeWindowEngine
 from consumer.core.plan import AggregationPlan, PlanError, Quantile, derive_plan
 from consumer.core.types import ClosedWindow, MessageRef
-from consumer.core.windows import WindowSpec
+from consumer.core.windows.bounds import WindowSpec
+from consumer.core.windows.count.engine import CountWindowEngine
+from consumer.core.windows.time.engine import TimeWindowEngine
 
 P0 = ("events", 0)
 UTC_MS = pl.Datetime("ms", "UTC")

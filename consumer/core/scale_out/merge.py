@@ -1,0 +1,201 @@
+"""Stage 2 of the scale-out, for one repartition partition: merge the partial states of
+the (window, keys) groups that hash here, and emit a window only when it is complete.
+
+A window is complete when every input partition's stage-1 owner has reported a frontier
+at or past its end: ``floor`` is the minimum over the input partitions that are not
+idle (their owners say so), or, when all are idle, the furthest any has reached. An input
+partition this partition has no report of yet holds everything back. Reports are read
+from this repartition partition only, in order: a report moving an input partition past
+a window comes after that partition's partials for it here (stage 1 writes both in one
+transaction, partials first), so what is merged here is then all there is.
+
+Every window some stage-1 instance announced is emitted here when complete, with the
+rows of its keys that hash here (maybe none), so that subscribers get one end-of-window
+marker per repartition partition. Like the other engines it keeps no state anywhere but
+in memory: a restart replays the repartition partition from its committed offset, and
+the commit metadata's frontier says which windows it already emitted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from consumer.core.aggregate import PartialAggregator
+from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
+from consumer.core.plan import AggregationPlan, ColumnAgg
+from consumer.core.types import NO_WINDOW, WINDOW_START, ClosedWindow, PartitionKey
+from consumer.core.windows.store import WindowStore
+from wire.repartition import Partial, ProgressRecord
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A window this partition has emitted: its results here (``window`` is None when
+    none of its groups hash here)."""
+
+    start_ms: int
+    end_ms: int
+    window: ClosedWindow | None
+
+
+@dataclass
+class _Reports:
+    """The input partitions' progress as reported to this repartition partition."""
+
+    known: set[PartitionKey]
+    frontiers: dict[PartitionKey, tuple[int | None, bool]] = field(default_factory=dict)
+
+    def update(self, progress: ProgressRecord) -> None:
+        for report in progress.partitions:
+            key = (report.topic, report.partition)
+            self.known.add(key)
+            before = self.frontiers.get(key, (None, False))[0]
+            frontier = report.frontier_ms if before is None or report.frontier_ms is None \
+                else max(before, report.frontier_ms)
+            self.frontiers[key] = (frontier if frontier is not None else before, report.idle)
+
+    def floor(self) -> int | None:
+        """Through where every input partition's rows are here; None: not known yet."""
+        live = []
+        for key in self.known:
+            frontier, idle = self.frontiers.get(key, (None, False))
+            if not idle:
+                if frontier is None:
+                    return None
+                live.append(frontier)
+        if live:
+            return min(live)
+        ends = [f for f, _ in self.frontiers.values() if f is not None]
+        return max(ends) if ends else None
+
+    def holding_back(self) -> list[PartitionKey]:
+        """The live input partitions at the floor: the ones windows wait for."""
+        floor = self.floor()
+        return sorted(key for key in self.known
+                      if not self.frontiers.get(key, (None, False))[1]
+                      and self.frontiers.get(key, (None, False))[0] in (None, floor))
+
+
+class MergeEngine:
+    def __init__(self, partition: PartitionKey, inputs: set[PartitionKey], *,
+                 committed: int | None, metadata: CommitMetadata | None,
+                 merge_every: int) -> None:
+        self.partition = partition
+        self._reports = _Reports(set(inputs))
+        self._merge_every = merge_every
+        self._plan_text: str | None = None
+        self._store: WindowStore | None = None
+        self._aggregator: PartialAggregator | None = None
+        self._announced: dict[int, int] = {}  # window start -> end, not yet emitted
+        self._offsets = OffsetTracker()
+        self._offsets.assign(partition, committed,
+                             metadata.position if metadata is not None else None)
+        self._emitted_through = None if metadata is None else metadata.frontier
+        # Replayed records of windows at or before this were emitted before the restart.
+        self._replay_until = metadata.position if metadata is not None else -1
+        self._replayed_through = self._emitted_through
+        self.late_partials: list[ClosedWindow] = []
+
+    # -- records in ----------------------------------------------------------------------
+
+    def add_partial(self, offset: int, partial: Partial) -> None:
+        end = partial.end_ms
+        if self._emitted(end):
+            if not self._replayed(offset, end):
+                self.late_partials.append(self._late(partial))
+            self._offsets.record(self.partition, offset, NO_WINDOW)
+            return
+        store, aggregator = self._store_for(partial.plan)
+        state = aggregator.import_state(_uniform(pl.DataFrame(partial.state)))
+        store.add(state, {partial.start_ms: end}, grouped=True)
+        self._announced[partial.start_ms] = end
+        self._offsets.record(self.partition, offset, end)
+
+    def add_progress(self, offset: int, progress: ProgressRecord) -> None:
+        self._reports.update(progress)
+        waiting = [(s, e) for s, e in progress.windows if not self._emitted(e)]
+        self._announced.update(waiting)
+        self._offsets.record(self.partition, offset, max((e for _, e in waiting),
+                                                         default=NO_WINDOW))
+
+    def skip(self, offset: int) -> None:
+        self._offsets.record(self.partition, offset, NO_WINDOW)
+
+    def _emitted(self, end_ms: int) -> bool:
+        return self._emitted_through is not None and end_ms <= self._emitted_through
+
+    def _replayed(self, offset: int, end_ms: int) -> bool:
+        return (offset < self._replay_until and self._replayed_through is not None
+                and end_ms <= self._replayed_through)
+
+    def _store_for(self, plan_text: str) -> tuple[WindowStore, PartialAggregator]:
+        if self._store is None or self._aggregator is None or plan_text != self._plan_text:
+            if self._store is not None and self._store.open_windows():
+                raise ValueError("the aggregation plan changed while windows were open")
+            self._plan_text = plan_text
+            self._aggregator = _aggregator(plan_text)
+            self._store = WindowStore(self._aggregator, merge_every=self._merge_every)
+        return self._store, self._aggregator
+
+    def _late(self, partial: Partial) -> ClosedWindow:
+        """A partial of a window already emitted (a partition added while running, say):
+        its finalized rows, for the late topic."""
+        aggregator = _aggregator(partial.plan)
+        result = aggregator.finalize(aggregator.import_state(_uniform(pl.DataFrame(
+            partial.state))))
+        return ClosedWindow(partial.start_ms, partial.end_ms, result,
+                            int(result["row_count"].sum()))
+
+    # -- windows out ---------------------------------------------------------------------
+
+    def close_due(self) -> list[Completed]:
+        floor = self._reports.floor()
+        if floor is None:
+            return []
+        due = sorted((s, e) for s, e in self._announced.items() if e <= floor)
+        if not due:
+            return []
+        closed = {w.start_ms: w for w in self._store.pop_closed(floor)} if self._store else {}
+        for start, _ in due:
+            del self._announced[start]
+        self._emitted_through = floor if self._emitted_through is None \
+            else max(floor, self._emitted_through)
+        return [Completed(start, end, closed.get(start)) for start, end in due]
+
+    def commit_point(self) -> CommitPoint | None:
+        return self._offsets.commit_point(self.partition, self._emitted_through, None)
+
+    def waiting(self) -> int:
+        """Windows announced here and not yet complete."""
+        return len(self._announced)
+
+    def holding_back(self) -> list[PartitionKey]:
+        return self._reports.holding_back() if self._announced else []
+
+    def replaying(self) -> bool:
+        next_offset = self._offsets.next_offset(self.partition)
+        return self._replay_until >= 0 and (next_offset is None
+                                            or next_offset < self._replay_until)
+
+    def groups(self) -> int:
+        return 0 if self._store is None else self._store.cardinality()
+
+
+def _uniform(state: pl.DataFrame) -> pl.DataFrame:
+    """Categorical keys as strings, whichever form an instance's first message had (each
+    instance fixes its plan's types from its own first message), so that partials from
+    every instance merge; the aggregator holds them as ids of its own."""
+    categorical = [name for name, dtype in state.schema.items()
+                   if isinstance(dtype, pl.Categorical | pl.Enum)]
+    return state.with_columns(pl.col(categorical).cast(pl.String)) if categorical else state
+
+
+def _aggregator(plan_text: str) -> PartialAggregator:
+    data = json.loads(plan_text)
+    plan = AggregationPlan(keys=tuple(data["keys"]),
+                           aggregates=tuple(ColumnAgg(n, f) for n, f in data["aggregates"]),
+                           skipped=(), time_column=None)
+    return PartialAggregator(plan, (WINDOW_START, *plan.keys))

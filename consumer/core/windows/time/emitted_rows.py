@@ -1,0 +1,74 @@
+"""Rows of windows their partition has already emitted, as the time engine finds them.
+
+Only a message whose earliest row falls in a window ending at or before its partition's
+frontier (consumer/core/windows/frontier.py) may hold such rows; in a steady stream that
+is none. ``emitted_bounds`` says, for such a message, through which window end its rows
+were emitted before a restart (a replay skips them), through which they are late, and
+after which they belong to windows kept for revisions (``window.late: revise``).
+``mark_messages`` puts these bounds on every row of the message, so the engine can sort
+its rows by the window each lands in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from consumer.core.types import MESSAGE_INDEX, NO_WINDOW, MessageRef
+from consumer.core.windows.bounds import WindowSpec, window_ranges
+from consumer.core.windows.frontier import PartitionFrontier, later, read_before_restart
+
+SKIP_THROUGH = "__skip_through"
+LATE_THROUGH = "__late_through"
+KEPT_AFTER = "__kept_after"
+MARKS = (SKIP_THROUGH, LATE_THROUGH, KEPT_AFTER)
+
+# One message's (skip_through, late_through, kept_after): see emitted_bounds.
+Bounds = tuple[int, int, int]
+
+
+def emitted_bounds(progress: PartitionFrontier | None, ref: MessageRef, first_ms: int | None,
+                   spec: WindowSpec, *, revising: bool) -> Bounds | None:
+    """``(skip_through, late_through, kept_after)`` when the message may hold rows of
+    windows its partition emitted: rows in windows ending at or before
+    ``skip_through`` were emitted before a restart (skipped, or with late: revise
+    rebuilding kept windows ending after ``kept_after``), up to ``late_through`` they
+    are late (revising the kept windows ending after ``kept_after``).
+
+    ``progress``: the message's partition's; ``first_ms``: the time of its earliest row;
+    ``revising``: emitted windows are kept for revisions (late: revise)."""
+    if progress is None or progress.frontier is None:
+        return None
+    replayed = read_before_restart(progress, ref.offset)
+    skip_through = progress.replayed_frontier if replayed else None
+    through = later(progress.frontier, skip_through)
+    if through is None or first_ms is None or _first_end(first_ms, spec) > through:
+        return None
+    kept_after = progress.kept_after if revising else through
+    return ((NO_WINDOW if skip_through is None else skip_through), through,
+            NO_WINDOW if kept_after is None else kept_after)
+
+
+def mark_messages(frame: pl.DataFrame, refs: Sequence[MessageRef],
+                  bounds: Sequence[Bounds | None]) -> pl.DataFrame:
+    """``frame`` (the rows of ``refs``, in order) with its message's bounds (``MARKS``;
+    ``NO_WINDOW`` for a message without) and index in ``refs`` (``MESSAGE_INDEX``) on
+    every row."""
+    counts = pl.Series([r.rows for r in refs], dtype=pl.Int64)
+    return frame.with_columns(
+        *(_per_row(name, counts, [NO_WINDOW if b is None else b[i] for b in bounds])
+          for i, name in enumerate(MARKS)),
+        _per_row(MESSAGE_INDEX, counts, list(range(len(refs)))),
+    )
+
+
+def _per_row(name: str, counts: pl.Series, values: list[int]) -> pl.Series:
+    """One value per message, repeated for each of its ``counts`` rows."""
+    index = pl.int_range(0, counts.len(), eager=True).repeat_by(counts).explode()
+    return pl.Series(name, values, dtype=pl.Int64).gather(index)
+
+
+def _first_end(ts_ms: int, spec: WindowSpec) -> int:
+    """The end of the earliest window holding ``ts_ms``."""
+    return window_ranges(ts_ms, spec)[0][1]

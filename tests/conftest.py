@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
 KAFKA_LOCAL = REPO / "scripts" / "kafka-local"
@@ -66,8 +67,17 @@ def _kafka_local(command: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+# Property tests: a quick profile for `make test`, a thorough one on demand
+# (ARROWAGG_HYPOTHESIS=thorough make unit). Engines and codecs run per example, so the
+# deadline is off in both.
+settings.register_profile("quick", max_examples=50, deadline=None)
+settings.register_profile("thorough", max_examples=1_000, deadline=None)
+HYPOTHESIS_PROFILE = os.environ.get("ARROWAGG_HYPOTHESIS", "quick")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     del config
+    settings.load_profile(HYPOTHESIS_PROFILE)
     # Every broker a test starts (and their children) takes the checkout's jars.
     os.environ.setdefault("KAFKA_LOCAL_JARS", str(JARS))
 
@@ -147,6 +157,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_line(f"hypothesis profile: {HYPOTHESIS_PROFILE} "
+                                f"({settings().max_examples} examples a property)")
     for broker in _broker_seen:
         terminalreporter.write_line(
             f"kafka broker: Apache Kafka {broker.version} at {broker.bootstrap} "

@@ -15,13 +15,15 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 import yaml
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._group import ConsumerGroupDescription
 from polars.testing import assert_frame_equal
 
 from consumer.kafka.tail import read_output
 from tests.conftest import REPO, TopicFactory
 from tests.integration.conftest import committed_offsets, end_offsets
+from tests.integration.data import KEYS, T0, reference, sensor_table
 from tests.integration.faults import late_rows_logged, read_topic, wait_until
-from tests.integration.test_pipeline import KEYS, T0, reference, sensor_table
 from wire.output import WindowEnd, decode_message
 
 INPUT_PARTITIONS = 4
@@ -184,3 +186,27 @@ def check_output(bootstrap: str, topics: dict[str, str], data: list[tuple[int, p
     return figures
 
 
+def describe(admin: AdminClient, group: str) -> ConsumerGroupDescription | None:
+    try:
+        description: ConsumerGroupDescription = (
+            admin.describe_consumer_groups([group])[group].result(timeout=10))
+    except Exception:  # noqa: BLE001 - the group may not exist yet
+        return None
+    return description
+
+
+def owners(admin: AdminClient, group: str, topic: str,
+           partitions: int) -> dict[str, list[int]]:
+    """Each member's instance id and partitions, once every partition has an owner
+    (``{}`` while a rebalance is under way)."""
+    description = describe(admin, group)
+    if description is None:
+        return {}
+    owned = {
+        member.group_instance_id or member.member_id: sorted(
+            tp.partition for tp in member.assignment.topic_partitions if tp.topic == topic)
+        for member in description.members
+    }
+    if sorted(p for parts in owned.values() for p in parts) != list(range(partitions)):
+        return {}
+    return owned

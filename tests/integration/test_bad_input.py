@@ -18,7 +18,7 @@ from tests.integration.conftest import (
     running_daemon,
     wait_all_committed,
 )
-from tests.integration.test_pipeline import T0, output_frame, sensor_table
+from tests.integration.data import T0, output_frame, sensor_table
 
 pytestmark = pytest.mark.integration
 

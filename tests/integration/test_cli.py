@@ -32,7 +32,7 @@ from tests.integration.conftest import (
     running_daemon,
     wait_all_committed,
 )
-from tests.integration.test_pipeline import KEYS, T0, sensor_table
+from tests.integration.data import KEYS, T0, sensor_table
 from wire.output import OutputFormat, encode_window
 
 pytestmark = pytest.mark.integration

@@ -21,6 +21,7 @@ from polars.testing import assert_frame_equal
 
 from tests.conftest import TopicFactory
 from tests.integration.conftest import committed_offsets, end_offsets
+from tests.integration.data import KEYS, output_frame, reference
 from tests.integration.faults import (
     DurablePublisher,
     PacedPublishing,
@@ -38,7 +39,6 @@ from tests.integration.instances import (
     wait_all_windows,
     worker_batches,
 )
-from tests.integration.test_pipeline import KEYS, output_frame, reference
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -19,6 +19,7 @@ from confluent_kafka.cimpl import NewPartitions
 
 from tests.conftest import TopicFactory
 from tests.integration.conftest import committed_offsets, end_offsets
+from tests.integration.data import T0, sensor_table
 from tests.integration.faults import (
     DurablePublisher,
     PacedPublishing,
@@ -33,11 +34,10 @@ from tests.integration.instances import (
     Instances,
     check_output,
     make_topics,
+    owners,
     wait_all_windows,
     worker_batches,
 )
-from tests.integration.test_fault_rebalance import owners
-from tests.integration.test_pipeline import T0, sensor_table
 from wire.input import decode_ipc_stream
 from wire.repartition import HEADER_KIND, KIND_PROGRESS, decode_progress
 

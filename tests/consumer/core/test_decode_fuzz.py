@@ -90,14 +90,14 @@ def test_every_seed_goes_through(decoder: Decoder) -> None:
         through_the_daemon(decoder, seed, offset)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=FIXTURE_OK)
+@settings(suppress_health_check=FIXTURE_OK)
 @given(seed=st.sampled_from(SEEDS), data=st.data())
 def test_mutated_messages_are_aggregated_or_rejected(decoder: Decoder, seed: bytes,
                                                      data: st.DataObject) -> None:
     through_the_daemon(decoder, mutated(seed, data), 1)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=FIXTURE_OK)
+@settings(suppress_health_check=FIXTURE_OK)
 @given(columns=st.dictionaries(
     st.sampled_from(["site", "ts", "reading_sum", "reading_count", "reading_min", "extra"]),
     st.sampled_from([pa.int8(), pa.int64(), pa.uint64(), pa.float32(), pa.string(),

@@ -16,7 +16,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -119,7 +119,6 @@ rows_strategy = st.lists(st.tuples(
 ), min_size=1, max_size=80)
 
 
-@settings(deadline=None, max_examples=60)
 @given(rows=rows_strategy, cuts=st.lists(st.integers(0, 80), max_size=6))
 def test_any_split_into_polls_equals_one_sql_query(rows: list[Row], cuts: list[int]) -> None:
     points = sorted({0, *(c for c in cuts if c < len(rows)), len(rows)})

@@ -2,42 +2,13 @@
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from consumer.healthcheck import main as healthcheck
 from consumer.service.health import HealthServer, ServiceSetupError
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def http_get(port: int, path: str) -> tuple[int, str, str]:
-    """(status, content type, body) of a GET on the local port."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return (int(response.status), response.headers["Content-Type"],
-                    response.read().decode())
-    except urllib.error.HTTPError as err:
-        return err.code, err.headers["Content-Type"], err.read().decode()
-
-
-def scrape(port: int) -> Samples:
-    """Every sample of /metrics, keyed by (sample name, labels)."""
-    status, _, body = http_get(port, "/metrics")
-    assert status == 200
-    return {(sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(body) for sample in family.samples}
-
-
-def total(samples: Samples, name: str, **labels: str) -> float:
-    """The sum over the samples named ``name`` whose labels include ``labels``."""
-    wanted = set(labels.items())
-    return sum(value for (sample, have), value in samples.items()
-               if sample == name and wanted <= have)
+from tests.consumer.service.probes import http_get
 
 
 class FakeClock:

@@ -9,7 +9,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -69,7 +69,6 @@ def feed(store: WindowStore, aggregator: PartialAggregator, batch: pl.DataFrame)
     store.add(partial, {s: s + WINDOW_MS for s in starts})
 
 
-@settings(deadline=None, max_examples=40)
 @given(
     cuts=st.lists(st.integers(0, 3_000), max_size=6),
     closes=st.lists(st.integers(0, 5), max_size=6),

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import polars as pl
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -34,7 +34,6 @@ gaps = st.sampled_from([50, 100, 300])
 maxima = st.sampled_from([None, 400, 1_000])
 
 
-@settings(max_examples=60, deadline=None)
 @given(messages=st.lists(st.tuples(st.sampled_from([P0, P1]), st.lists(rows_st, min_size=1,
                                                                        max_size=6)),
                          max_size=10),
@@ -109,7 +108,6 @@ def run(partitions: dict[PartitionKey, list[Message]],
     return daemon.finish()
 
 
-@settings(max_examples=80, deadline=None)
 @given(rows0=st.lists(rows_st, max_size=14), rows1=st.lists(rows_st, max_size=14),
        cuts=st.lists(st.integers(0, 4), min_size=8, max_size=8), steps=steps_st,
        gap_ms=gaps, max_session_ms=maxima)
@@ -132,7 +130,6 @@ def per_key(rows: pl.DataFrame, count: pl.Expr) -> pl.DataFrame:
                                   pl.col("n_count").sum().alias("n"))
 
 
-@settings(max_examples=80, deadline=None)
 @given(rows0=st.lists(rows_st, max_size=14), rows1=st.lists(rows_st, max_size=14),
        cuts=st.lists(st.integers(0, 4), min_size=8, max_size=8), steps=steps_with_early_st,
        gap_ms=gaps, max_session_ms=maxima)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -494,7 +494,6 @@ message_rows = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None)
 @given(messages=st.lists(st.tuples(st.sampled_from([P0, P1]), message_rows), max_size=8),
        merge_every=st.integers(1, 4), hopping=st.booleans())
 def test_any_split_gives_the_reference_result(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import duckdb
 import polars as pl
 import pyarrow as pa
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -344,7 +344,6 @@ class Run:
             self._feed(offset)
 
 
-@settings(deadline=None, max_examples=80)
 @given(rows=rows_strategy, sizes=st.lists(st.integers(1, 5), min_size=1, max_size=20),
        steps=st.lists(st.sampled_from(["flush", "commit", "flush commit", "crash", ""]),
                       min_size=1, max_size=20))

@@ -84,7 +84,9 @@ def build_two_stages(settings: Settings, inputs: set[PartitionKey]) -> TwoStageP
                     drop_late=settings.window.late == "drop")
     stage_two = StageTwo(routes, partitions=settings.scale_out.partitions, inputs=inputs,
                          merge_every=settings.processing.merge_every_batches,
-                         counters=stage_one.counters)
+                         counters=stage_one.counters,
+                         budget=(settings.input.max_groups,
+                                 settings.input.max_buffered_values))
     return TwoStagePipeline(stage_one, stage_two, settings.scale_out.repartition_topic,
                             commit_interval_ms=settings.processing.commit_interval_ms)
 

@@ -139,10 +139,6 @@ def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
         yield (("scale_out",), ("cannot revise emitted windows (window.late: revise): stage "
                "2 keeps no state of the windows it has emitted; use window.late: topic or "
                "drop with scale_out"))
-    if named := _buffered_aggregates(settings):
-        yield (("scale_out",), (f"cannot carry aggregates that need the window's values "
-               f"({named}: median, quantile, n_unique and expressions): stage 2 merges "
-               "partial results only; remove them or the scale_out section"))
     output = settings.output
     if scale_out.repartition_topic in {*settings.input.topics, output.topic,
                                        output.late_topic, output.dlq_topic}:

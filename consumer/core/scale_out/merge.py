@@ -19,16 +19,27 @@ the commit metadata's frontier says which windows it already emitted.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
+from consumer.core.expressions import parse_expression
 from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
-from consumer.core.plan import AggregationPlan, ColumnAgg
+from consumer.core.plan import AggregationPlan, ColumnAgg, ExpressionAgg
 from consumer.core.types import NO_WINDOW, WINDOW_START, ClosedWindow, PartitionKey
 from consumer.core.windows.store import WindowStore
-from wire.repartition import Partial, ProgressRecord
+from wire.repartition import KIND_VALUES, Partial, ProgressRecord
+
+
+@dataclass(frozen=True)
+class EarlyPart:
+    """What this partition's part of a window sent in early revisions so far."""
+
+    next_revision: int = 0
+    messages: int = 0
+    rows: int = 0
+    input_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,7 @@ class MergeEngine:
         self._store: WindowStore | None = None
         self._aggregator: PartialAggregator | None = None
         self._announced: dict[int, int] = {}  # window start -> end, not yet emitted
+        self._early = {e[0]: EarlyPart(*e[1:]) for e in metadata.early} if metadata else {}
         self._offsets = OffsetTracker()
         self._offsets.assign(partition, committed,
                              metadata.position if metadata is not None else None)
@@ -97,20 +109,24 @@ class MergeEngine:
         # Replayed records of windows at or before this were emitted before the restart.
         self._replay_until = metadata.position if metadata is not None else -1
         self._replayed_through = self._emitted_through
-        self.late_partials: list[ClosedWindow] = []
+        self._late = _LatePartials()
 
     # -- records in ----------------------------------------------------------------------
 
     def add_partial(self, offset: int, partial: Partial) -> None:
+        """A ``partial`` record's state, or a ``values`` record's buffered rows."""
         end = partial.end_ms
         if self._emitted(end):
             if not self._replayed(offset, end):
-                self.late_partials.append(self._late(partial))
+                self._late.add(partial)
             self._offsets.record(self.partition, offset, NO_WINDOW)
             return
         store, aggregator = self._store_for(partial.plan)
-        state = aggregator.import_state(_uniform(pl.DataFrame(partial.state)))
-        store.add(state, {partial.start_ms: end}, grouped=True)
+        if partial.kind == KIND_VALUES:
+            store.add_values(partial.start_ms, end, pl.DataFrame(partial.state))
+        else:
+            state = aggregator.import_state(_uniform(pl.DataFrame(partial.state)))
+            store.add(state, {partial.start_ms: end}, grouped=True, values={})
         self._announced[partial.start_ms] = end
         self._offsets.record(self.partition, offset, end)
 
@@ -140,14 +156,10 @@ class MergeEngine:
             self._store = WindowStore(self._aggregator, merge_every=self._merge_every)
         return self._store, self._aggregator
 
-    def _late(self, partial: Partial) -> ClosedWindow:
-        """A partial of a window already emitted (a partition added while running, say):
-        its finalized rows, for the late topic."""
-        aggregator = _aggregator(partial.plan)
-        result = aggregator.finalize(aggregator.import_state(_uniform(pl.DataFrame(
-            partial.state))))
-        return ClosedWindow(partial.start_ms, partial.end_ms, result,
-                            int(result["row_count"].sum()))
+    def late_windows(self) -> list[ClosedWindow]:
+        """The partials (and values) of windows already emitted that came since the last
+        call (a partition added while running, say): finalized, for the late topic."""
+        return self._late.take()
 
     # -- windows out ---------------------------------------------------------------------
 
@@ -163,10 +175,50 @@ class MergeEngine:
             del self._announced[start]
         self._emitted_through = floor if self._emitted_through is None \
             else max(floor, self._emitted_through)
-        return [Completed(start, end, closed.get(start)) for start, end in due]
+        return [Completed(start, end, self._final(start, closed.get(start)))
+                for start, end in due]
+
+    def _final(self, start: int, window: ClosedWindow | None) -> ClosedWindow | None:
+        """The closing revision: after early ones, the rows since the last of them."""
+        revision = self._early.get(start, EarlyPart()).next_revision
+        if window is None or revision == 0:
+            return window
+        return replace(window, revision=revision, kind="delta")
+
+    def emit_early(self) -> list[Completed]:
+        """Every window held here as a non-final revision of this part, started afresh
+        (the memory budget): the rows merged so far are then in emitted output, and
+        their records need not be read again."""
+        early = []
+        for window in self._store.pop_all() if self._store is not None else []:
+            revision = self._early.get(window.start_ms, EarlyPart()).next_revision
+            early.append(Completed(window.start_ms, window.end_ms,
+                                   replace(window, final=False, revision=revision,
+                                           kind="delta")))
+        self._offsets.mark_all_done()
+        return early
+
+    def sent(self, start: int, *, messages: int, rows: int, input_rows: int,
+             final: bool) -> EarlyPart:
+        """Record what a revision of this part sent; the totals so far (once final, of
+        the whole part, for its end-of-window marker)."""
+        before = self._early.pop(start, EarlyPart())
+        total = EarlyPart(before.next_revision + 1, before.messages + messages,
+                          before.rows + rows, before.input_rows + input_rows)
+        if not final:
+            self._early[start] = total
+        return total
+
+    def buffered_values(self) -> int:
+        return 0 if self._store is None else self._store.buffered_values()
 
     def commit_point(self) -> CommitPoint | None:
-        return self._offsets.commit_point(self.partition, self._emitted_through, None)
+        point = self._offsets.commit_point(self.partition, self._emitted_through, None)
+        if point is None or not self._early:
+            return point
+        early = tuple((start, e.next_revision, e.messages, e.rows, e.input_rows)
+                      for start, e in sorted(self._early.items()))
+        return replace(point, metadata=replace(point.metadata, early=early))
 
     def waiting(self) -> int:
         """Windows announced here and not yet complete."""
@@ -184,6 +236,31 @@ class MergeEngine:
         return 0 if self._store is None else self._store.cardinality()
 
 
+class _LatePartials:
+    """Records of windows already emitted, kept until the flush: a window's values come
+    in records of their own after its state's, and are finalized with it."""
+
+    def __init__(self) -> None:
+        self._windows: dict[tuple[int, int, str], WindowStore] = {}
+
+    def add(self, partial: Partial) -> None:
+        key = (partial.start_ms, partial.end_ms, partial.plan)
+        store = self._windows.get(key)
+        if store is None:
+            store = self._windows[key] = WindowStore(_aggregator(partial.plan), merge_every=1)
+        if partial.kind == KIND_VALUES:
+            store.add_values(partial.start_ms, partial.end_ms, pl.DataFrame(partial.state))
+        else:
+            aggregator = _aggregator(partial.plan)
+            state = aggregator.import_state(_uniform(pl.DataFrame(partial.state)))
+            store.add(state, {partial.start_ms: partial.end_ms}, grouped=True, values={})
+
+    def take(self) -> list[ClosedWindow]:
+        late = [w for store in self._windows.values() for w in store.pop_all()]
+        self._windows.clear()
+        return late
+
+
 def _uniform(state: pl.DataFrame) -> pl.DataFrame:
     """Categorical keys as strings, whichever form an instance's first message had (each
     instance fixes its plan's types from its own first message), so that partials from
@@ -194,8 +271,18 @@ def _uniform(state: pl.DataFrame) -> pl.DataFrame:
 
 
 def _aggregator(plan_text: str) -> PartialAggregator:
-    data = json.loads(plan_text)
-    plan = AggregationPlan(keys=tuple(data["keys"]),
-                           aggregates=tuple(ColumnAgg(n, f) for n, f in data["aggregates"]),
-                           skipped=(), time_column=None)
+    plan = plan_from_text(plan_text)
     return PartialAggregator(plan, (WINDOW_START, *plan.keys))
+
+
+def plan_from_text(plan_text: str) -> AggregationPlan:
+    """The plan stage 1 wrote (consumer/core/scale_out/stage_one.py, ``plan_text``); its
+    expressions are checked against the allowed language again, as any text is."""
+    data = json.loads(plan_text)
+    aggregates = tuple(ColumnAgg(a[0], a[1], a[2] if len(a) > 2 else None)
+                       for a in data["aggregates"])
+    expressions = tuple(ExpressionAgg(name, parse_expression(text))
+                        for name, text in data.get("expressions", []))
+    return AggregationPlan(keys=tuple(data["keys"]), aggregates=aggregates, skipped=(),
+                           time_column=None, expressions=expressions)
+

@@ -14,19 +14,31 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+import polars as pl
+
 from consumer.core.plan import AggregationPlan
 from consumer.core.scale_out.key_hash import partition_of
 from consumer.core.types import ClosedWindow, OutputRecord, PartitionKey
 from wire.input import Compression
-from wire.repartition import ProgressRecord, ReportedFrontier, encode_partial, encode_progress
+from wire.repartition import (
+    KIND_PARTIAL,
+    KIND_VALUES,
+    ProgressRecord,
+    ReportedFrontier,
+    encode_partial,
+    encode_progress,
+)
 
 _PARTITION = "__repartition"
 
 
 def plan_text(plan: AggregationPlan) -> str:
-    """The plan as stage 2 needs it to merge and finalize: keys and functions."""
+    """The plan as stage 2 needs it to merge and finalize: keys, functions (a quantile
+    with its q) and expressions (their text, checked again where they are read)."""
     return json.dumps({"keys": list(plan.keys),
-                       "aggregates": [[a.name, a.func] for a in plan.aggregates]},
+                       "aggregates": [[a.name, a.func] if a.q is None else [a.name, a.func, a.q]
+                                      for a in plan.aggregates],
+                       "expressions": [[e.name, e.expression.text] for e in plan.expressions]},
                       separators=(",", ":"), ensure_ascii=False)
 
 
@@ -43,13 +55,21 @@ class PartialEmitter:
 
     def window_records(self, window: ClosedWindow, plan: AggregationPlan,
                        ) -> list[OutputRecord]:
-        state = window.frame.with_columns(
-            partition_of(window.frame, plan.keys, self._partitions).alias(_PARTITION))
-        records = []
         text = plan_text(plan)
-        for (partition,), rows in state.partition_by(_PARTITION, as_dict=True).items():
+        records = self._by_key_hash(window, window.frame, plan, text, KIND_PARTIAL)
+        if window.values is not None:  # what the aggregates that do not decompose read
+            records += self._by_key_hash(window, window.values, plan, text, KIND_VALUES)
+        return records
+
+    def _by_key_hash(self, window: ClosedWindow, frame: pl.DataFrame, plan: AggregationPlan,
+                     text: str, kind: str) -> list[OutputRecord]:
+        """``frame``'s rows, each to the repartition partition its keys hash to."""
+        hashed = frame.with_columns(
+            partition_of(frame, plan.keys, self._partitions).alias(_PARTITION))
+        records = []
+        for (partition,), rows in hashed.partition_by(_PARTITION, as_dict=True).items():
             pieces = encode_partial(rows.drop(_PARTITION).to_arrow(), start_ms=window.start_ms,
-                                    end_ms=window.end_ms, plan=text,
+                                    end_ms=window.end_ms, plan=text, kind=kind,
                                     compression=self._compression, max_bytes=self._max_bytes)
             records += [OutputRecord(self._topic, str(window.start_ms).encode(), value,
                                      headers, partition=int(partition))

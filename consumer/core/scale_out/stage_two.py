@@ -20,21 +20,31 @@ from consumer.core.scale_out.merge import Completed, MergeEngine
 from consumer.core.types import ClosedWindow, InputMessage, OutputRecord, PartitionKey
 from wire.errors import ArrowaggError
 from wire.output import WindowEnd, encode_window, encode_window_end
-from wire.repartition import KIND_PARTIAL, decode_partial, decode_progress, record_kind
+from wire.repartition import (
+    KIND_PARTIAL,
+    KIND_VALUES,
+    decode_partial,
+    decode_progress,
+    record_kind,
+)
 
 log = logging.getLogger(__name__)
 
 
 class StageTwo:
     def __init__(self, routes: OutputSpec, *, partitions: int, inputs: set[PartitionKey],
-                 merge_every: int, counters: Counters) -> None:
+                 merge_every: int, counters: Counters,
+                 budget: tuple[int, int] | None = None) -> None:
         """``partitions``: the repartition topic's partition count (n in "part k of n");
-        ``inputs``: the input partitions known at start (more are learnt from reports)."""
+        ``inputs``: the input partitions known at start (more are learnt from reports);
+        ``budget``: the groups and buffered values stage 2 may hold (input.max_groups,
+        input.max_buffered_values) before it emits its windows early."""
         self._routes = routes
         self._parts = partitions
         self._inputs = inputs
         self._merge_every = merge_every
         self.counters = counters
+        self._budget = budget
         self._engines: dict[PartitionKey, MergeEngine] = {}
         self._pending: list[OutputRecord] = []
 
@@ -67,10 +77,11 @@ class StageTwo:
             if engine is None:
                 continue  # revoked while the poll was under way
             try:
-                if record_kind(message.headers) == KIND_PARTIAL:
+                if record_kind(message.headers) in (KIND_PARTIAL, KIND_VALUES):
                     partial = decode_partial(message.value, message.headers)
                     engine.add_partial(message.offset, partial)
-                    consumed.append(Consumed(message.partition, partial.state.num_rows,
+                    states = partial.state.num_rows if partial.kind == KIND_PARTIAL else 0
+                    consumed.append(Consumed(message.partition, states,
                                              len(message.value or b"")))
                 else:
                     engine.add_progress(message.offset, decode_progress(message.value))
@@ -87,14 +98,16 @@ class StageTwo:
         """Complete windows' records (added to what waits for a commit), the commit points
         of the repartition partitions, and the windows completed."""
         windows: list[ClosedWindow] = []
-        for partition, engine in sorted(self._engines.items()):
+        over = self._over_budget()
+        for _, engine in sorted(self._engines.items()):
+            for done in engine.emit_early() if over else []:
+                self._pending += self._part_records(engine, done)
             for done in engine.close_due():
-                self._pending += self._part_records(partition, done)
+                self._pending += self._part_records(engine, done)
                 if done.window is not None:
                     windows.append(done.window)
-            for late in engine.late_partials:
+            for late in engine.late_windows():
                 self._pending += self._late_records(late)
-            engine.late_partials.clear()
         points = {p: point for p, e in self._engines.items()
                   if (point := e.commit_point()) is not None}
         return list(self._pending), points, windows
@@ -102,19 +115,41 @@ class StageTwo:
     def committed(self, records: int) -> None:
         self._pending = self._pending[records:]
 
-    def _part_records(self, partition: PartitionKey, done: Completed) -> list[OutputRecord]:
-        routes, part = self._routes, (partition[1] + 1, self._parts)
+    def _over_budget(self) -> bool:
+        if self._budget is None:
+            return False
+        max_groups, max_values = self._budget
+        groups = sum(e.groups() for e in self._engines.values())
+        values = sum(e.buffered_values() for e in self._engines.values())
+        if groups < max_groups and values < max_values:
+            return False
+        # Stage 2 cannot pause: a window completes only once the progress records behind
+        # its partials are read, from the same partitions.
+        log.warning("stage 2 holds %d groups and %d buffered values (input.max_groups, "
+                    "input.max_buffered_values): emitting its windows early", groups, values)
+        return True
+
+    def _part_records(self, engine: MergeEngine, done: Completed) -> list[OutputRecord]:
+        """This part's messages of the window; once final, its end-of-window marker,
+        counting the early revisions' messages too."""
+        routes, window = self._routes, done.window
+        part = (engine.partition[1] + 1, self._parts)
         data = []
-        if done.window is not None:
-            window = done.window
+        if window is not None:
             data = encode_window(window.frame, start_ms=done.start_ms, end_ms=done.end_ms,
                                  input_rows=window.input_rows, fmt=routes.output_format,
                                  compression=routes.compression,
-                                 max_bytes=routes.max_message_bytes, part=part)
-        rows = 0 if done.window is None else done.window.frame.height
-        input_rows = 0 if done.window is None else done.window.input_rows
-        end = encode_window_end(WindowEnd(done.start_ms, done.end_ms, part, rows, len(data),
-                                          input_rows))
+                                 max_bytes=routes.max_message_bytes, part=part,
+                                 revision=window.revision, final=window.final,
+                                 kind=window.kind)
+        final = window is None or window.final
+        sent = engine.sent(done.start_ms, messages=len(data),
+                           rows=0 if window is None else window.frame.height,
+                           input_rows=0 if window is None else window.input_rows, final=final)
+        if not final:
+            return [OutputRecord(routes.output_topic, m.key, m.value, m.headers) for m in data]
+        end = encode_window_end(WindowEnd(done.start_ms, done.end_ms, part, sent.rows,
+                                          sent.messages, sent.input_rows))
         return [OutputRecord(routes.output_topic, m.key, m.value, m.headers)
                 for m in [*data, end]]
 

@@ -66,9 +66,13 @@ class WindowStore:
         self._finalize = finalize
         self._windows: dict[int, _Window] = {}  # by start
         self._values = ValueBuffer.for_plan(aggregator.plan, aggregator.group_by)
-        if self._values is not None and not finalize:
-            raise ValueError("buffered aggregates (median, quantile, n_unique, expressions) "
-                             "have no partial state to hand on")
+
+    def add_values(self, start: int, end: int, values: pl.DataFrame) -> None:
+        """Buffered rows of the window at ``start`` without a partial state (stage 2 of
+        the scale-out gets them apart from the state they go with)."""
+        if self._values is None:
+            raise ValueError("this plan buffers no values")
+        self._windows.setdefault(start, _Window(end)).values.append(values)
 
     def add(self, partial: pl.DataFrame, ends: dict[int, int], *,
             grouped: bool | None = None, rows: pl.LazyFrame | None = None,
@@ -158,9 +162,13 @@ class WindowStore:
         """Taken windows as closed windows: results, or (``finalize=False``) states."""
         if taken.state is None:
             return []
-        if not self._finalize:
+        if not self._finalize:  # the state, and the buffered rows, to be finished elsewhere
             exported = self._aggregator.export_state(taken.state)
-            return _closed_windows(taken.ends, exported, _closed_state)
+            closed = _closed_windows(taken.ends, exported, _closed_state)
+            if self._values is None:
+                return closed
+            return [replace(w, values=self._values.export(taken.values.get(w.start_ms, [])))
+                    for w in closed]
         results = self._aggregator.finalize(taken.state)
         if self._values is not None:
             results = self._values.attach(results, taken.all_values())

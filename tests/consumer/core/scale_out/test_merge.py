@@ -107,7 +107,7 @@ def test_a_restart_skips_what_it_emitted_and_merges_the_rest() -> None:
     assert [d.start_ms for d in done] == [1000]
     assert_frame_equal(results(done), pl.DataFrame(
         {"k": ["a"], "v": [6.0], "m": [4.0], "row_count": [2]}), check_dtypes=False)
-    assert merge.late_partials == []
+    assert merge.late_windows() == []
 
 
 def test_a_partial_of_an_emitted_window_is_late_not_merged() -> None:
@@ -116,7 +116,7 @@ def test_a_partial_of_an_emitted_window_is_late_not_merged() -> None:
                                    windows=((0, 1000),)))
     assert len(merge.close_due()) == 1
     merge.add_partial(1, partial(0, {"z": [7.0]}))  # e.g. from a partition added later
-    (late,) = merge.late_partials
+    (late,) = merge.late_windows()
     assert late.frame["k"].to_list() == ["z"]
     assert late.input_rows == 1
     assert merge.close_due() == []

@@ -81,12 +81,14 @@ def build_two_stages(settings: Settings, inputs: set[PartitionKey]) -> TwoStageP
     routes = OutputSpec(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
                     output_format=output.format, compression=output.compression,
                     max_message_bytes=output.max_message_bytes,
-                    drop_late=settings.window.late == "drop")
+                    drop_late=settings.window.late == "drop",
+                    revision_column=settings.window.late == "revise")
     stage_two = StageTwo(routes, partitions=settings.scale_out.partitions, inputs=inputs,
                          merge_every=settings.processing.merge_every_batches,
                          counters=stage_one.counters,
                          budget=(settings.input.max_groups,
-                                 settings.input.max_buffered_values))
+                                 settings.input.max_buffered_values),
+                         revise_within_ms=revise_within_ms(settings))
     return TwoStagePipeline(stage_one, stage_two, settings.scale_out.repartition_topic,
                             commit_interval_ms=settings.processing.commit_interval_ms)
 
@@ -132,7 +134,13 @@ def build_engine(settings: Settings, plan: AggregationPlan,
         event_time=window.time == "event", time_dtype=time_dtype,
         allowed_lateness_ms=window.allowed_lateness_ms, idle_timeout_ms=window.idle_timeout_ms,
         merge_every=processing.merge_every_batches, partials=settings.scale_out is not None,
-        revise_within_ms=window.revision_lateness_ms if window.late == "revise" else None)
+        revise_within_ms=revise_within_ms(settings))
+
+
+def revise_within_ms(settings: Settings) -> int | None:
+    """How long emitted windows take revisions (None: they take none)."""
+    window = settings.window
+    return window.revision_lateness_ms if window.late == "revise" else None
 
 
 def build_processor(settings: Settings, observer: ProcessorObserver | None = None, *,

@@ -37,6 +37,13 @@ class OutputSpec:
     revision_column: bool = False  # results carry their revision (window.late: revise)
 
 
+def results_frame(window: ClosedWindow, spec: OutputSpec) -> pl.DataFrame:
+    """A window's results as subscribers get them: with its revision, under late: revise."""
+    if not spec.revision_column:
+        return window.frame
+    return window.frame.with_columns(pl.lit(window.revision, pl.Int64).alias(REVISION))
+
+
 class WindowEmitter(Protocol):
     """Turns closed windows into records: results on the output topic (one instance),
     or partial states on the repartition topic (stage 1 of the scale-out)."""
@@ -58,9 +65,7 @@ class ResultEmitter:
     def window_records(self, window: ClosedWindow, plan: AggregationPlan,
                        ) -> list[OutputRecord]:
         routes = self._routes
-        frame = window.frame
-        if routes.revision_column:
-            frame = frame.with_columns(pl.lit(window.revision, pl.Int64).alias(REVISION))
+        frame = results_frame(window, routes)
         messages = encode_window(
             frame, start_ms=window.start_ms, end_ms=window.end_ms,
             input_rows=window.input_rows, fmt=routes.output_format,

@@ -6,5 +6,6 @@ partition; every instance runs both (docs/design.md, "Scale-out: two stages").
 - ``stage_two``: ``StageTwo``, partial states merged and emitted once every input
   partition's frontier is past the window;
 - ``merge``: the merging of one window's partial states from many writers;
+- ``kept``: emitted windows kept for revisions (``window.late: revise``);
 - ``pipeline``: ``TwoStagePipeline``, both stages behind the run loop's interface.
 """

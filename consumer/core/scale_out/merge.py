@@ -27,6 +27,7 @@ from consumer.core.aggregate import PartialAggregator
 from consumer.core.expressions import parse_expression
 from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
 from consumer.core.plan import AggregationPlan, ColumnAgg, ExpressionAgg
+from consumer.core.scale_out.kept import KeptWindows
 from consumer.core.types import NO_WINDOW, WINDOW_START, ClosedWindow, PartitionKey
 from consumer.core.windows.store import WindowStore
 from wire.repartition import KIND_VALUES, Partial, ProgressRecord
@@ -93,7 +94,9 @@ class _Reports:
 class MergeEngine:
     def __init__(self, partition: PartitionKey, inputs: set[PartitionKey], *,
                  committed: int | None, metadata: CommitMetadata | None,
-                 merge_every: int) -> None:
+                 merge_every: int, revise_within_ms: int | None = None) -> None:
+        """``revise_within_ms`` (window.late: revise): keep emitted windows this long past
+        the floor and revise them with the partials that come for them."""
         self.partition = partition
         self._reports = _Reports(set(inputs))
         self._merge_every = merge_every
@@ -110,6 +113,8 @@ class MergeEngine:
         self._replay_until = metadata.position if metadata is not None else -1
         self._replayed_through = self._emitted_through
         self._late = _LatePartials()
+        self._kept = None if revise_within_ms is None else KeptWindows(
+            partition, revise_within_ms, metadata, merge_every=merge_every)
 
     # -- records in ----------------------------------------------------------------------
 
@@ -117,9 +122,7 @@ class MergeEngine:
         """A ``partial`` record's state, or a ``values`` record's buffered rows."""
         end = partial.end_ms
         if self._emitted(end):
-            if not self._replayed(offset, end):
-                self._late.add(partial)
-            self._offsets.record(self.partition, offset, NO_WINDOW)
+            self._add_emitted(offset, partial)
             return
         store, aggregator = self._store_for(partial.plan)
         if partial.kind == KIND_VALUES:
@@ -129,6 +132,23 @@ class MergeEngine:
             store.add(state, {partial.start_ms: end}, grouped=True, values={})
         self._announced[partial.start_ms] = end
         self._offsets.record(self.partition, offset, end)
+
+    def _add_emitted(self, offset: int, partial: Partial) -> None:
+        """A record of a window already emitted: a revision of it while it is kept (a
+        replay's rebuild it), else, unless a replay's, late rows."""
+        replayed, end = self._replayed(offset, partial.end_ms), partial.end_ms
+        if self._kept is None or not self._kept.keeps(end):
+            if not replayed:
+                self._late.add(partial)
+            self._offsets.record(self.partition, offset, NO_WINDOW)
+            return
+        self._store_for(partial.plan)  # the kept windows need the plan too
+        frame = pl.DataFrame(partial.state)
+        if partial.kind == KIND_VALUES:
+            self._kept.add(partial.start_ms, end, values=frame, changed=not replayed)
+        else:
+            self._kept.add(partial.start_ms, end, state=_uniform(frame), changed=not replayed)
+        self._offsets.record(self.partition, offset, end)  # done once the window expires
 
     def add_progress(self, offset: int, progress: ProgressRecord) -> None:
         self._reports.update(progress)
@@ -154,6 +174,8 @@ class MergeEngine:
             self._plan_text = plan_text
             self._aggregator = _aggregator(plan_text)
             self._store = WindowStore(self._aggregator, merge_every=self._merge_every)
+            if self._kept is not None:
+                self._kept.use(self._aggregator)
         return self._store, self._aggregator
 
     def late_windows(self) -> list[ClosedWindow]:
@@ -170,13 +192,34 @@ class MergeEngine:
         due = sorted((s, e) for s, e in self._announced.items() if e <= floor)
         if not due:
             return []
-        closed = {w.start_ms: w for w in self._store.pop_closed(floor)} if self._store else {}
+        done = [Completed(start, end, window) for start, end, window in self._closed(floor, due)]
         for start, _ in due:
             del self._announced[start]
         self._emitted_through = floor if self._emitted_through is None \
             else max(floor, self._emitted_through)
-        return [Completed(start, end, self._final(start, closed.get(start)))
-                for start, end in due]
+        if self._kept is not None:
+            self._kept.expire(floor)
+        return done
+
+    def _closed(self, floor: int, due: list[tuple[int, int]],
+                ) -> list[tuple[int, int, ClosedWindow | None]]:
+        """The due windows' final revisions (kept for revisions, with late: revise)."""
+        if self._store is None:
+            return [(start, end, None) for start, end in due]
+        taken = self._store.take_closed(floor)
+        closed = {w.start_ms: w for w in self._store.results(taken)}
+        finals = {start: self._final(start, closed.get(start)) for start, _ in due}
+        if self._kept is not None:
+            self._kept.keep(taken, {s: w.revision for s, w in finals.items() if w is not None})
+        return [(start, end, finals[start]) for start, end in due]
+
+    def keys(self) -> tuple[str, ...]:
+        """The plan's group keys (none before the first record)."""
+        return () if self._aggregator is None else self._aggregator.plan.keys
+
+    def revisions(self) -> list[ClosedWindow]:
+        """The changed groups of kept windows, as this part's next revision of each."""
+        return [] if self._kept is None else self._kept.revisions()
 
     def _final(self, start: int, window: ClosedWindow | None) -> ClosedWindow | None:
         """The closing revision: after early ones, the rows since the last of them."""
@@ -188,8 +231,11 @@ class MergeEngine:
     def emit_early(self) -> list[Completed]:
         """Every window held here as a non-final revision of this part, started afresh
         (the memory budget): the rows merged so far are then in emitted output, and
-        their records need not be read again."""
+        their records need not be read again. Kept windows are dropped: later partials
+        of them are late."""
         early = []
+        if self._kept is not None:  # their revisions went out first (StageTwo.flush)
+            self._kept.drop_all(self._emitted_through)
         for window in self._store.pop_all() if self._store is not None else []:
             revision = self._early.get(window.start_ms, EarlyPart()).next_revision
             early.append(Completed(window.start_ms, window.end_ms,
@@ -210,10 +256,13 @@ class MergeEngine:
         return total
 
     def buffered_values(self) -> int:
-        return 0 if self._store is None else self._store.buffered_values()
+        kept = 0 if self._kept is None else self._kept.buffered_values()
+        return kept + (0 if self._store is None else self._store.buffered_values())
 
     def commit_point(self) -> CommitPoint | None:
-        point = self._offsets.commit_point(self.partition, self._emitted_through, None)
+        retention = None if self._kept is None else self._kept.retention()
+        point = self._offsets.commit_point(self.partition, self._emitted_through, None,
+                                           retention=retention)
         if point is None or not self._early:
             return point
         early = tuple((start, e.next_revision, e.messages, e.rows, e.input_rows)
@@ -233,7 +282,8 @@ class MergeEngine:
                                             or next_offset < self._replay_until)
 
     def groups(self) -> int:
-        return 0 if self._store is None else self._store.cardinality()
+        kept = 0 if self._kept is None else self._kept.cardinality()
+        return kept + (0 if self._store is None else self._store.cardinality())
 
 
 class _LatePartials:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 
-from consumer.core.emit import OutputSpec
+from consumer.core.emit import OutputSpec, results_frame
 from consumer.core.late import late_aggregate_records
 from consumer.core.offsets import CommitMetadata, CommitPoint
 from consumer.core.poll import Consumed, Counters, Processed
@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 class StageTwo:
     def __init__(self, routes: OutputSpec, *, partitions: int, inputs: set[PartitionKey],
                  merge_every: int, counters: Counters,
-                 budget: tuple[int, int] | None = None) -> None:
+                 budget: tuple[int, int] | None = None,
+                 revise_within_ms: int | None = None) -> None:
         """``partitions``: the repartition topic's partition count (n in "part k of n");
         ``inputs``: the input partitions known at start (more are learnt from reports);
         ``budget``: the groups and buffered values stage 2 may hold (input.max_groups,
@@ -45,6 +46,7 @@ class StageTwo:
         self._merge_every = merge_every
         self.counters = counters
         self._budget = budget
+        self._revise_within_ms = revise_within_ms
         self._engines: dict[PartitionKey, MergeEngine] = {}
         self._pending: list[OutputRecord] = []
 
@@ -54,7 +56,8 @@ class StageTwo:
                metadata: CommitMetadata | None) -> None:
         self._engines[partition] = MergeEngine(partition, self._inputs, committed=committed,
                                                metadata=metadata,
-                                               merge_every=self._merge_every)
+                                               merge_every=self._merge_every,
+                                               revise_within_ms=self._revise_within_ms)
 
     def revoke(self, partition: PartitionKey) -> None:
         self._engines.pop(partition, None)
@@ -100,6 +103,9 @@ class StageTwo:
         windows: list[ClosedWindow] = []
         over = self._over_budget()
         for _, engine in sorted(self._engines.items()):
+            # Revisions first: their partials came before this close, which may end
+            # their windows' retention.
+            self._pending += [r for w in engine.revisions() for r in self._update(engine, w)]
             for done in engine.emit_early() if over else []:
                 self._pending += self._part_records(engine, done)
             for done in engine.close_due():
@@ -136,7 +142,8 @@ class StageTwo:
         part = (engine.partition[1] + 1, self._parts)
         data = []
         if window is not None:
-            data = encode_window(window.frame, start_ms=done.start_ms, end_ms=done.end_ms,
+            data = encode_window(results_frame(window, routes), start_ms=done.start_ms,
+                                 end_ms=done.end_ms,
                                  input_rows=window.input_rows, fmt=routes.output_format,
                                  compression=routes.compression,
                                  max_bytes=routes.max_message_bytes, part=part,
@@ -152,6 +159,20 @@ class StageTwo:
                                           sent.messages, sent.input_rows))
         return [OutputRecord(routes.output_topic, m.key, m.value, m.headers)
                 for m in [*data, end]]
+
+    def _update(self, engine: MergeEngine, window: ClosedWindow) -> list[OutputRecord]:
+        """A revision of this part of a window already out (window.late: revise): the
+        changed groups' results, numbered on per part."""
+        routes = self._routes
+        messages = encode_window(results_frame(window, routes), start_ms=window.start_ms,
+                                 end_ms=window.end_ms,
+                                 input_rows=window.input_rows, fmt=routes.output_format,
+                                 compression=routes.compression,
+                                 max_bytes=routes.max_message_bytes,
+                                 part=(engine.partition[1] + 1, self._parts),
+                                 revision=window.revision, kind=window.kind,
+                                 keys=engine.keys())
+        return [OutputRecord(routes.output_topic, m.key, m.value, m.headers) for m in messages]
 
     def _late_records(self, late: ClosedWindow) -> list[OutputRecord]:
         self.counters.late_rows += late.input_rows

@@ -18,34 +18,38 @@ from consumer.kafka.processor import StreamProcessor
 from tests.consumer.kafka.fake_broker import FakeBroker, FakeConsumer, FakeSink
 from tests.consumer.kafka.rig import Clock
 from wire.complete import WindowAssembler
-from wire.input import encode_ipc_stream
+from wire.input import decode_ipc_stream, encode_ipc_stream
 from wire.output import OutputWindow, WindowEnd, decode_message
 
-SOURCE, REPARTITION, SINK = "in", "rep", "out"
+SOURCE, REPARTITION, SINK, LATE = "in", "rep", "out", "late"
 INPUTS, PARTS = 4, 3
 SIZE_MS = 1_000
 SITES = [f"site-{i}" for i in range(7)]
 
 
-def settings(instance: str, aggregation: dict[str, object] | None = None,
-             inputs: dict[str, object] | None = None) -> dict[str, object]:
-    return {
-        "aggregation": aggregation or {},
+Sections = dict[str, dict[str, object]]
+
+
+def settings(instance: str, sections: Sections | None = None) -> dict[str, object]:
+    """The instances' configuration; ``sections`` are merged into its sections."""
+    data: dict[str, dict[str, object]] = {
         "kafka": {"bootstrap_servers": "fake:9092", "group_id": "g"},
-        "input": {"topics": [SOURCE], **(inputs or {})},
+        "input": {"topics": [SOURCE]},
         "output": {"topic": SINK},
         "window": {"kind": "tumbling", "time": "event", "timestamp_column": "ts",
                    "size_ms": SIZE_MS, "idle_timeout_ms": 2_000},
         "processing": {"instance_id": instance, "commit_interval_ms": 300},
         "scale_out": {"repartition_topic": REPARTITION, "partitions": PARTS},
     }
+    for name, values in (sections or {}).items():
+        data[name] = {**data.get(name, {}), **values}
+    return dict(data)
 
 
 class Instance:
     def __init__(self, broker: FakeBroker, name: str, clock: Clock,
-                 aggregation: dict[str, object] | None = None,
-                 inputs: dict[str, object] | None = None) -> None:
-        config = settings_from_dict(settings(name, aggregation, inputs))
+                 sections: Sections | None = None) -> None:
+        config = settings_from_dict(settings(name, sections))
         self.consumer = FakeConsumer(broker)
         partitions = {(SOURCE, p) for p in range(INPUTS)}
         self.processor = StreamProcessor(
@@ -65,8 +69,7 @@ def batch(rng: random.Random, start_ms: int, rows: int) -> pa.Table:
     })
 
 
-def run_two_instances(aggregation: dict[str, object] | None = None,
-                      inputs: dict[str, object] | None = None, *, crash_b_at: int | None = None,
+def run_two_instances(sections: Sections | None = None, *, crash_b_at: int | None = None,
                       ) -> tuple[FakeBroker, list[pa.Table]]:
     """Instances a (input 0, 1; repartition 0) and b (input 2, 3; repartition 1, 2) over
     six windows of every group on every partition, run until every window is out.
@@ -77,8 +80,7 @@ def run_two_instances(aggregation: dict[str, object] | None = None,
     broker.create_topic(REPARTITION, PARTS)
     broker.create_topic(SINK)
     clock = Clock()
-    a, b = (Instance(broker, "a", clock, aggregation, inputs),
-            Instance(broker, "b", clock, aggregation, inputs))
+    a, b = Instance(broker, "a", clock, sections), Instance(broker, "b", clock, sections)
     a.consumer.rebalance("assign", [(SOURCE, 0), (SOURCE, 1), (REPARTITION, 0)])
     b.consumer.rebalance("assign", [(SOURCE, 2), (SOURCE, 3), (REPARTITION, 1),
                                     (REPARTITION, 2)])
@@ -91,7 +93,7 @@ def run_two_instances(aggregation: dict[str, object] | None = None,
             broker.produce(SOURCE, partition, encode_ipc_stream(table))
     for turn in range(80):  # until every partition has been idle long enough to close all
         if turn == crash_b_at:
-            b = Instance(broker, "b", clock, aggregation, inputs)
+            b = Instance(broker, "b", clock, sections)
             b.consumer.rebalance("assign", [(SOURCE, 2), (SOURCE, 3), (REPARTITION, 1),
                                             (REPARTITION, 2)])
         a.processor.run_once()
@@ -112,9 +114,9 @@ def output_rows(broker: FakeBroker, *, final: bool = True) -> pl.DataFrame:
 
 
 def test_aggregates_that_need_the_values_are_finished_by_stage_two() -> None:
-    broker, sent = run_two_instances({
+    broker, sent = run_two_instances({"aggregation": {
         "columns": {"reading": "median", "reading_max": {"quantile": 0.9}, "code": "n_unique"},
-        "expressions": {"positive": "pl.col('reading').filter(pl.col('reading') > 0).sum()"}})
+        "expressions": {"positive": "pl.col('reading').filter(pl.col('reading') > 0).sum()"}}})
     got = output_rows(broker)
     rows = pa.concat_tables(sent)  # noqa: F841 - read by DuckDB
     relation = duckdb.sql(f"""
@@ -170,8 +172,8 @@ def test_stage_two_over_its_budget_emits_early_revisions_that_add_up(
     their partials are read): over input.max_groups it sends its parts early, as delta
     revisions, and each part's end-of-window marker counts them, across a crash too
     (the commit metadata keeps the numbering and the counts)."""
-    broker, sent = run_two_instances(inputs={"max_groups": 12, "over_budget": "emit_early"},
-                                     crash_b_at=crash_b_at)
+    broker, sent = run_two_instances(
+        {"input": {"max_groups": 12, "over_budget": "emit_early"}}, crash_b_at=crash_b_at)
     got = output_rows(broker, final=False)
     windows = []
     assembler = WindowAssembler()
@@ -194,3 +196,75 @@ def test_stage_two_over_its_budget_emits_early_revisions_that_add_up(
     assert_frame_equal(added_up.sort("window_start", "site"),
                        expected.sort("window_start", "site"), check_exact=False,
                        rel_tol=1e-9, check_column_order=False)
+
+
+def assembled(broker: FakeBroker) -> pl.DataFrame:
+    """The output as a subscriber holds it after applying every revision: each window's
+    latest whole form (wire/complete.py)."""
+    latest: dict[int, OutputWindow] = {}
+    assembler = WindowAssembler()
+    for m in broker.topics[SINK][0]:
+        whole = assembler.add(decode_message(m.value(), m.headers()))
+        if whole is not None:
+            latest[whole.start_ms] = whole
+    assert assembler.pending() == []
+    return pl.concat([w.frame for w in latest.values()]).with_columns(
+        pl.col("window_start").dt.epoch("ms"), pl.col("site").cast(pl.String))
+
+
+def test_late_rows_revise_the_windows_stage_two_emitted_and_later_ones_are_late() -> None:
+    """late: revise through both stages: stage 1 sends late rows of windows within
+    revision_lateness_ms of its frontier as partials; stage 2, which kept the window,
+    merges them and sends the changed groups as the part's next revision. Rows later than
+    that go to the late topic from stage 1."""
+    sections: Sections = {
+        "window": {"late": "revise", "revision_lateness_ms": 2_500},
+        "output": {"late_topic": LATE}}
+    broker = FakeBroker()
+    for topic, partitions in ((SOURCE, INPUTS), (REPARTITION, PARTS), (SINK, 1), (LATE, 1)):
+        broker.create_topic(topic, partitions)
+    clock = Clock()
+    a, b = Instance(broker, "a", clock, sections), Instance(broker, "b", clock, sections)
+    a.consumer.rebalance("assign", [(SOURCE, 0), (SOURCE, 1), (REPARTITION, 0)])
+    b.consumer.rebalance("assign", [(SOURCE, 2), (SOURCE, 3), (REPARTITION, 1),
+                                    (REPARTITION, 2)])
+    rng = random.Random(9)
+    sent: list[pa.Table] = []
+
+    def publish(partition: int, table: pa.Table) -> None:
+        sent.append(table)
+        broker.produce(SOURCE, partition, encode_ipc_stream(table))
+
+    def run(turns: int) -> None:
+        for _ in range(turns):
+            a.processor.run_once()
+            b.processor.run_once()
+            clock.now_ms += 100
+
+    for window in range(5):
+        for partition in range(INPUTS):
+            publish(partition, batch(rng, window * SIZE_MS, 30))
+    run(10)  # windows 0-3 out (window 4 holds the frontiers at 4000)
+    revising = [batch(rng, 3 * SIZE_MS, 5), batch(rng, 2 * SIZE_MS, 5)]
+    too_late = batch(rng, 0, 7)  # window 0 ends 1000: 2500 before the frontier, or more
+    publish(0, revising[0])
+    publish(3, revising[1])
+    publish(2, too_late)
+    run(80)
+
+    rows = pl.concat([pl.DataFrame(t) for t in sent[:-1]])  # all but the late rows
+    expected = rows.group_by(
+        (pl.col("ts").dt.epoch("ms") // SIZE_MS * SIZE_MS).alias("window_start"), "site",
+    ).agg(pl.col("reading").sum(), pl.col("reading_max").max(),
+          pl.len().cast(pl.Int64).alias("row_count"))
+    columns = ["window_start", "site", "reading", "reading_max", "row_count"]
+    assert_frame_equal(assembled(broker).select(columns).sort("window_start", "site"),
+                       expected.select(columns).sort("window_start", "site"),
+                       check_exact=False, rel_tol=1e-9)
+    messages = [decode_message(m.value(), m.headers()) for m in broker.topics[SINK][0]]
+    updates = [m for m in messages if isinstance(m, OutputWindow) and m.kind == "update"]
+    assert {u.start_ms for u in updates} == {2 * SIZE_MS, 3 * SIZE_MS}
+    assert all(u.part is not None and u.revision >= 1 for u in updates)
+    late_rows = sum(pl.DataFrame(decode_ipc_stream(m.value())).height
+                    for m in broker.topics[LATE][0])
+    assert late_rows == too_late.num_rows

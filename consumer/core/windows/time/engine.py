@@ -26,9 +26,7 @@ from consumer.core.offsets import (
 )
 from consumer.core.plan import AggregationPlan
 from consumer.core.types import (
-    MESSAGE_INDEX,
     NO_WINDOW,
-    WINDOW_END,
     WINDOW_START,
     ClosedWindow,
     MessageRef,
@@ -42,15 +40,8 @@ from consumer.core.windows.frontier import (
     settle_retention,
 )
 from consumer.core.windows.store import Taken, WindowStore
-from consumer.core.windows.time.emitted_rows import (
-    KEPT_AFTER,
-    LATE_THROUGH,
-    MARKS,
-    SKIP_THROUGH,
-    Bounds,
-    emitted_bounds,
-    mark_messages,
-)
+from consumer.core.windows.time.emitted_rows import Bounds, emitted_bounds, mark_messages, sort_rows
+from consumer.core.windows.time.late_partials import LatePartials
 from consumer.core.windows.time.retained import RetainedWindows
 from consumer.core.windows.watermark import WatermarkTracker
 from wire.output import RevisionKind
@@ -67,11 +58,12 @@ class TimeWindowEngine:
         """``partials``: closed windows hold their merged partial state instead of the
         results (stage 1 of the scale-out; consumer/core/scale_out/stage_one.py).
         ``revise_within_ms``: keep emitted windows this long past their end (event time,
-        against the watermark) and revise them with late rows (None: late rows are late)."""
+        against the watermark) and revise them with late rows (None: late rows are late);
+        with ``partials``, send such late rows on as partial states (late_partials.py)."""
         if event_time and (plan.time_column is None or time_dtype is None):
             raise ValueError("event-time windows need the plan's time column and its dtype")
-        if revise_within_ms is not None and (partials or not event_time):
-            raise ValueError("revisions need event-time windows emitting results")
+        if revise_within_ms is not None and not event_time:
+            raise ValueError("revisions need event-time windows")
         self._plan = plan
         self._spec = spec
         self._event_time = event_time
@@ -88,8 +80,10 @@ class TimeWindowEngine:
         self._closed_through: int | None = None
         self._revisions: dict[int, int] = {}  # window start -> next revision number
         self._revise_within_ms = revise_within_ms
-        self._retained = None if revise_within_ms is None else RetainedWindows(
-            plan, merge_every=merge_every)
+        revising = revise_within_ms is not None
+        self._retained = RetainedWindows(plan, merge_every=merge_every) \
+            if revising and not partials else None
+        self._late_partials = LatePartials(self._aggregator) if revising and partials else None
         self._settled = True  # every assigned partition's retention is decided
         self.late_rows = 0
         self.revised_rows = 0
@@ -185,7 +179,9 @@ class TimeWindowEngine:
         hold any."""
         first_ms = ref.min_event_ms if self._event_time else now_ms
         return emitted_bounds(self._progress.get(ref.partition), ref, first_ms, self._spec,
-                              revising=self._retained is not None)
+                              revising=self._retained is not None,
+                              open_within_ms=self._revise_within_ms if self._late_partials
+                              else None)
 
     def _split_old(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
                    bounds: list[Bounds | None], now_ms: int,
@@ -195,29 +191,19 @@ class TimeWindowEngine:
         late ones revise them."""
         marked = mark_messages(frame, refs, bounds)
         # Marked before windowing, so hopping windows repeat the marks with their row.
-        windowed = self._windowed(marked.lazy(), now_ms).collect()
-        end = pl.col(WINDOW_START) + self._spec.size_ms
-        emitted_before = end <= pl.col(SKIP_THROUGH)
-        emitted_now = ~emitted_before & (end <= pl.col(LATE_THROUGH))
-        kept = end > pl.col(KEPT_AFTER)
-        self.skipped_replayed_rows += windowed.filter(emitted_before & ~kept).height
-        late = windowed.filter(emitted_now & ~kept).drop(MARKS).with_columns(
-            end.alias(WINDOW_END))
-        self.late_rows += late.height
+        rows = sort_rows(self._windowed(marked.lazy(), now_ms).collect(), self._spec.size_ms)
+        self.skipped_replayed_rows += rows.skipped
+        self.late_rows += rows.late.height
+        self.revised_rows += rows.revising.height
         if self._retained is not None:
-            self._keep_rows(windowed.filter(emitted_before & kept), changed=False)
-            self._keep_rows(windowed.filter(emitted_now & kept), changed=True)
-        rest = windowed.filter(~emitted_before & ~emitted_now).drop(*MARKS, MESSAGE_INDEX)
-        return rest.lazy(), (late if late.height else None)
+            self._retained.add(rows.rebuilding, self._ends(rows.rebuilding), changed=False)
+            self._retained.add(rows.revising, self._ends(rows.revising), changed=True)
+        elif self._late_partials is not None:  # a replay's went out before the restart
+            self._late_partials.add(rows.revising, self._ends(rows.revising))
+        return rows.rest.lazy(), (rows.late if rows.late.height else None)
 
-    def _keep_rows(self, rows: pl.DataFrame, *, changed: bool) -> None:
-        """Rows of kept windows: a replay's (rebuilding them) or late ones (revising)."""
-        assert self._retained is not None  # noqa: S101 - called with late: revise only
-        rows = rows.drop(*MARKS, MESSAGE_INDEX)
-        ends = {s: s + self._spec.size_ms for s in rows[WINDOW_START].unique().to_list()}
-        self._retained.add(rows, ends, changed=changed)
-        if changed:
-            self.revised_rows += rows.height
+    def _ends(self, rows: pl.DataFrame) -> dict[int, int]:
+        return {s: s + self._spec.size_ms for s in rows[WINDOW_START].unique().to_list()}
 
     def keep_alive(self, partition: PartitionKey, now_ms: int) -> None:
         """The partition has a backlog not yet consumed: it is not idle."""
@@ -271,9 +257,10 @@ class TimeWindowEngine:
         # again only when that partition's replay has passed them.
         closed = self._closed(self._store.take_closed(through_ms))
         self._advance(through_ms)
-        if self._revise_within_ms is not None and not self._holding():
+        if self._retained is not None and self._revise_within_ms is not None \
+                and not self._holding():
             # Held revisions keep their windows (and no commit happens meanwhile).
-            self._expire(through_ms - self._revise_within_ms)
+            self._retained.expire(self._progress.values(), through_ms - self._revise_within_ms)
         return closed
 
     def _closed(self, taken: Taken) -> list[ClosedWindow]:
@@ -283,16 +270,9 @@ class TimeWindowEngine:
                                 {w.start_ms: w.revision for w in closed})
         return closed
 
-    def _expire(self, through_ms: int) -> None:
-        """Kept windows ending at or before ``through_ms`` are past their revisions."""
-        assert self._retained is not None  # noqa: S101 - late: revise only
-        for progress in self._progress.values():
-            progress.kept_after = later(progress.kept_after, through_ms)
-        afters = [p.kept_after for p in self._progress.values()]
-        if afters and None not in afters:
-            self._retained.drop_through(min(a for a in afters if a is not None))
-
     def _revisions_due(self) -> list[ClosedWindow]:
+        if self._late_partials is not None:
+            return self._late_partials.take()
         if self._retained is None or self._holding():
             return []
         return self._retained.revisions()
@@ -301,7 +281,7 @@ class TimeWindowEngine:
         """Revisions wait while a partition replays: its rows of the kept windows are not
         all back yet, and the revised groups would miss them."""
         return self._retained is not None and self._retained.changed() and any(
-            self.replaying(partition) for partition in self._progress)
+            map(self.replaying, self._progress))
 
     def _advance(self, through_ms: int) -> None:
         """Every assigned partition's rows up to ``through_ms`` are now emitted."""
@@ -337,6 +317,8 @@ class TimeWindowEngine:
         Kept windows (late: revise) go first: their pending revisions out, their state
         dropped, and later rows of them are late."""
         early = self._revised(self._store.pop_all(), final=False)
+        if self._late_partials is not None:
+            early += self._late_partials.take()
         if self._retained is not None:
             early += self._retained.revisions()
             self._retained.drop_all()
@@ -385,7 +367,8 @@ class TimeWindowEngine:
 
     def cardinality(self) -> int:
         kept = 0 if self._retained is None else self._retained.cardinality()
-        return self._store.cardinality() + kept
+        late = 0 if self._late_partials is None else self._late_partials.cardinality()
+        return self._store.cardinality() + kept + late
 
     def merge_pending(self) -> None:
         self._store.merge_pending()

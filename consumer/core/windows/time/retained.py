@@ -15,7 +15,7 @@ by ``export_state``/``import_state``, so each aggregator renews its key ids on i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -23,6 +23,7 @@ import polars as pl
 from consumer.core.aggregate import PartialAggregator
 from consumer.core.plan import AggregationPlan
 from consumer.core.types import WINDOW_START, ClosedWindow
+from consumer.core.windows.frontier import PartitionFrontier, later
 from consumer.core.windows.store import Taken, WindowStore
 
 
@@ -67,13 +68,29 @@ class RetainedWindows:
         self._store.add(partial, present, rows=rows.lazy())
         keys = self._aggregator.export_state(partial).select(self._aggregator.group_by)
         for start, end in present.items():
-            kept = self._kept.setdefault(start, _Kept(end))
-            if start in self._restored:  # it went out before the restart, to here
-                kept.revision = max(kept.revision or 0, self._restored[start])
-            elif not changed and kept.revision is None:
-                kept.revision = 0  # a replay's rows: the window went out, as revision 0
-            if changed:
-                kept.changed.append(keys.filter(pl.col(WINDOW_START) == start))
+            self._note(start, end, keys.filter(pl.col(WINDOW_START) == start), changed=changed)
+
+    def add_state(self, start: int, end: int, *, state: pl.DataFrame | None = None,
+                  values: pl.DataFrame | None = None, changed: bool) -> None:
+        """Merge an exported partial ``state`` (or, for aggregates that do not decompose,
+        buffered ``values``) of the emitted window at ``start`` into the kept state, as
+        ``add`` merges rows: stage 2 of the scale-out gets them from stage 1."""
+        if values is not None:
+            self._store.add_values(start, end, values)
+        if state is None or state.height == 0:
+            return
+        self._store.add(self._aggregator.import_state(state), {start: end}, grouped=True,
+                        values={})
+        self._note(start, end, state.select(self._aggregator.group_by), changed=changed)
+
+    def _note(self, start: int, end: int, keys: pl.DataFrame, *, changed: bool) -> None:
+        kept = self._kept.setdefault(start, _Kept(end))
+        if start in self._restored:  # it went out before the restart, to here
+            kept.revision = max(kept.revision or 0, self._restored[start])
+        elif not changed and kept.revision is None:
+            kept.revision = 0  # a replay's rows: the window went out, as revision 0
+        if changed:
+            kept.changed.append(keys)
 
     def changed(self) -> bool:
         return any(kept.changed for kept in self._kept.values())
@@ -95,6 +112,16 @@ class RetainedWindows:
                                     final=True, revision=kept.revision,
                                     kind="full" if first else "update"))
         return out
+
+    def expire(self, frontiers: Iterable[PartitionFrontier], through_ms: int) -> None:
+        """Kept windows ending at or before ``through_ms`` are past their revisions, for
+        every partition; those all partitions are past are dropped."""
+        frontiers = list(frontiers)
+        for frontier in frontiers:
+            frontier.kept_after = later(frontier.kept_after, through_ms)
+        afters = [f.kept_after for f in frontiers]
+        if afters and None not in afters:
+            self.drop_through(min(a for a in afters if a is not None))
 
     def drop_through(self, through_ms: int | None) -> None:
         """Forget the windows ending at or before ``through_ms``: no revision is due."""

@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -142,6 +143,7 @@ def topic_factory(admin: AdminClient) -> Iterator[TopicFactory]:
         )
         futures[name].result(timeout=30)
         made.append(name)
+        _wait_until_listed(admin, name, partitions)
         return name
 
     yield make
@@ -149,6 +151,22 @@ def topic_factory(admin: AdminClient) -> Iterator[TopicFactory]:
         with suppress(Exception):
             for future in admin.delete_topics(made, operation_timeout=10).values():
                 future.result(timeout=10)
+
+
+def _wait_until_listed(admin: AdminClient, name: str, partitions: int) -> None:
+    """Until the broker's metadata lists ``name`` with a leader for every partition.
+
+    CreateTopics answers once the controller has the topic; the broker that answers a
+    client's metadata learns it from the metadata log a moment later, and on a loaded
+    machine a producer asking at once was told the topic did not exist."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(name, timeout=10).topics.get(name)
+        if topic is not None and topic.error is None and len(topic.partitions) == partitions \
+                and all(p.leader >= 0 for p in topic.partitions.values()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"topic {name} was created but is not listed after 30 s")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -130,13 +130,16 @@ class TransactionalSink:
 
     def _handle(self, exc: KafkaException) -> None:
         error: KafkaError = exc.args[0]
-        if is_fatal(error):
+        if error.fatal():
             self._failed = error
             raise FatalKafkaError(described(error)) from exc
         if error.txn_requires_abort():
+            # Abortable first: librdkafka flags a stale group generation so (a
+            # FENCED_INSTANCE_ID on the offsets, after our own consumer rejoined the group
+            # with a new member id, say): a replay with the new generation mends it.
             log.warning("transaction aborted: %s", error.str())
             self._abort()
-        elif is_fenced(error):
+        elif is_fatal(error) or is_fenced(error):
             self._failed = error
             raise FatalKafkaError(described(error)) from exc
         else:

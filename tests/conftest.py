@@ -12,6 +12,7 @@ Broker selection, in order:
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -85,6 +86,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _local_version() -> str:
     return _kafka_local("version").stdout.strip() or "unknown"
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """A test that runs a command line (``configure_logging``) leaves the root logger's
+    level and handlers as it found them: the level it set let INFO records into a later
+    test's caplog, which then failed or passed by test order."""
+    root = logging.getLogger()
+    level, before = root.level, set(root.handlers)
+    yield
+    root.setLevel(level)
+    for handler in root.handlers[:]:
+        if handler not in before and type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
 
 
 @pytest.fixture(scope="session")

@@ -145,15 +145,16 @@ def make_topics(topic_factory: TopicFactory) -> dict[str, str]:
 
 def wait_all_windows(bootstrap: str, topics: dict[str, str],
                      data: list[tuple[int, pa.Table]], *, parts: int = REPARTITIONS,
-                     step_ms: int = SIZE_MS) -> None:
+                     size_ms: int = SIZE_MS, step_ms: int | None = None) -> None:
     """Until stage 1 has committed the whole input and every part of every window sent
     has ended on the output topic (``step_ms``: hopping windows' step)."""
+    step_ms = step_ms or size_ms
     wait_until(lambda: committed_offsets(bootstrap, topics["group"], topics["input"])
                == end_offsets(bootstrap, topics["input"]),
                timeout_s=120, what="every input record committed by stage 1")
     steps = pl.concat([pl.DataFrame(t) for _, t in data]).select(
         pl.col("ts").dt.epoch("ms") // step_ms).to_series()
-    windows_sent = pl.concat([steps - k for k in range(SIZE_MS // step_ms)]).n_unique()
+    windows_sent = pl.concat([steps - k for k in range(size_ms // step_ms)]).n_unique()
     wait_until(lambda: end_markers(bootstrap, topics["output"]) >= windows_sent * parts,
                timeout_s=120, what="every part of every window ended")
 

@@ -244,14 +244,23 @@ def memory_table(results: dict[str, Any]) -> str:
 def latency_table(results: dict[str, Any]) -> str:
     rows = []
     for name, run in results.get("latency", {}).items():
-        if not isinstance(run, dict) or "p50_ms" not in run:
+        if not isinstance(run, dict) or "windows" not in run:
             continue
         inside = run.get("close_to_commit_p50_ms")
         rows.append([LATENCY_NAMES.get(name, name), str(run["windows"]),
                      f"{run['p50_ms']:.0f}", f"{run['p99_ms']:.0f}", f"{run['max_ms']:.0f}",
                      "" if inside is None else f"{inside:.0f}"])
-    return _table(["daemon settings", "windows", "p50 ms", "p99 ms", "max ms",
-                   "close -> commit inside the daemon, p50 ms"], rows)
+    table = _table(["daemon settings", "windows", "p50 ms", "p99 ms", "max ms",
+                    "close -> commit inside the daemon, p50 ms"], rows)
+    running = results.get("latency", {}).get("running")
+    if not isinstance(running, dict):
+        return table
+    return table + (
+        f"\n\nEarly results (`window.emit_every_ms: {running['emit_every_ms']}` on "
+        f"{running['window_ms'] / 1000:g}-second windows): how old the running value is when "
+        f"a subscriber reads a provisional revision, over {running['provisional_messages']} "
+        f"of them: p50 {running['p50_ms']:.0f} ms, p99 {running['p99_ms']:.0f} ms, "
+        f"max {running['max_ms']:.0f} ms (bench/running.py).")
 
 
 PEERS_INTRO = """### The whole job against the tools a user would pick instead

@@ -77,6 +77,9 @@ def test_the_harness_writes_figures_for_every_peer(
     sweep = results["memory"]["sweep"]
     assert [r["groups"] for r in sweep] == list(SMOKE.memory_groups)
     assert all(r["bytes"] >= SMOKE.memory_sweep_bytes for r in sweep)
+    running = results["latency"].pop("running")
+    assert running["provisional_messages"] > 0
+    assert running["p99_ms"] >= running["p50_ms"] > 0
     for run in results["latency"].values():
         assert run["windows"] > 0
         assert run["p99_ms"] >= run["p50_ms"] > 0
@@ -87,5 +90,5 @@ def test_the_harness_writes_figures_for_every_peer(
     assert all((r["repartition_bytes"] > 0) == (r["mode"] == "two stages") for r in runs)
     text = doc.read_text()
     for heading in ("## Targets", "Aggregation kernel", "End to end", "The whole job against",
-                    "Memory", "Latency", "Scale-out"):
+                    "Memory", "Latency", "Early results", "Scale-out"):
         assert heading in text

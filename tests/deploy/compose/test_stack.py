@@ -29,7 +29,7 @@ from producer.generate import sensor_batch
 from tests.conftest import REPO
 from tests.deploy.compose.stack import Engine, Stack
 from tests.integration.conftest import publish_tables
-from tests.integration.faults import read_topic, repeated_groups, wait_until
+from tests.integration.faults import read_topic, repeated_groups, wait_until, write_figures
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -114,35 +114,52 @@ def test_killed_scaled_to_three_and_back_the_output_stays_exact(stack: Stack) ->
     wait_until(lambda: daemon_metrics(stack.http_ports[0]).get(
         "arrowagg_windows_emitted_total", 0) > 0, timeout_s=120,
         what="the workers' rows aggregated into a first window")
-
-    (daemon,) = stack.containers("daemon")
-    crash(stack, daemon)
-    wait_until(lambda: stack.inspect(daemon)["RestartCount"] >= 1
-               and stack.health(daemon) == "healthy", timeout_s=120,
-               what="the restart policy to bring the crashed daemon back, healthy")
-    # Docker takes `docker kill` for an operator's stop: no restart policy brings the
-    # container back (moby: HasBeenManuallyStopped), the operator's `docker start` does.
-    stack.docker("kill", daemon)
-    time.sleep(3)
-    assert stack.inspect(daemon)["State"]["Status"] == "exited"
-    stack.docker("start", daemon)
-    wait_until(lambda: stack.health(daemon) == "healthy", timeout_s=120,
-               what="the killed daemon back after `docker start`, healthy")
-
-    stack.compose("up", "--detach", "--wait", "--no-deps", "--scale", "daemon=3", "daemon")
-    wait_until(lambda: all_consuming(stack, 3), timeout_s=120,
-               what="three daemon replicas, each ready")
-    assert sorted(replica_ports(stack).values()) == sorted(stack.http_ports), \
-        "each replica took a slot of its own"
-    time.sleep(10)  # three replicas at work, partial states crossing the repartition topic
-    stack.compose("up", "--detach", "--wait", "--no-deps", "--scale", "daemon=1", "daemon")
-    assert len(stack.containers("daemon")) == 1
-
+    figures = {**crash_and_kill(stack), **scale_to_three_and_back(stack)}
     for worker in ("worker-1", "worker-2"):
         (container,) = stack.containers(worker, every=True)
         code = stack.docker("wait", container, timeout_s=300).stdout.strip()
         assert code == "0", f"{worker} exited {code}:\n{stack.logs(worker)[-3000:]}"
-    check_the_output(stack)
+    figures |= check_the_output(stack)
+    write_figures("compose_stack", figures)
+
+
+def crash_and_kill(stack: Stack) -> dict[str, float]:
+    """Mid-stream: the daemon's process SIGKILLed (the restart policy brings it back),
+    then the container `docker kill`ed (Docker takes that for an operator's stop, moby's
+    HasBeenManuallyStopped: no restart policy applies; the operator's `docker start`
+    brings it back). Seconds until healthy again, each time."""
+    (daemon,) = stack.containers("daemon")
+    started = time.monotonic()
+    crash(stack, daemon)
+    wait_until(lambda: stack.inspect(daemon)["RestartCount"] >= 1
+               and stack.health(daemon) == "healthy", timeout_s=120,
+               what="the restart policy to bring the crashed daemon back, healthy")
+    crashed_s = time.monotonic() - started
+    stack.docker("kill", daemon)
+    time.sleep(3)
+    assert stack.inspect(daemon)["State"]["Status"] == "exited"
+    started = time.monotonic()
+    stack.docker("start", daemon)
+    wait_until(lambda: stack.health(daemon) == "healthy", timeout_s=120,
+               what="the killed daemon back after `docker start`, healthy")
+    return {"crash_to_healthy_s": round(crashed_s, 1),
+            "docker_start_to_healthy_s": round(time.monotonic() - started, 1)}
+
+
+def scale_to_three_and_back(stack: Stack) -> dict[str, float]:
+    started = time.monotonic()
+    stack.compose("up", "--detach", "--wait", "--no-deps", "--scale", "daemon=3", "daemon")
+    wait_until(lambda: all_consuming(stack, 3), timeout_s=120,
+               what="three daemon replicas, each ready")
+    three_s = time.monotonic() - started
+    assert sorted(replica_ports(stack).values()) == sorted(stack.http_ports), \
+        "each replica took a slot of its own"
+    time.sleep(10)  # three replicas at work, partial states crossing the repartition topic
+    started = time.monotonic()
+    stack.compose("up", "--detach", "--wait", "--no-deps", "--scale", "daemon=1", "daemon")
+    assert len(stack.containers("daemon")) == 1
+    return {"scale_to_3_ready_s": round(three_s, 1),
+            "scale_back_to_1_s": round(time.monotonic() - started, 1)}
 
 
 def crash(stack: Stack, container: str) -> None:
@@ -152,7 +169,7 @@ def crash(stack: Stack, container: str) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def check_the_output(stack: Stack) -> None:
+def check_the_output(stack: Stack) -> dict[str, int]:
     """Close every window with a sentinel row per partition, then compare the output,
     read from the host, with DuckDB over everything the input topic holds."""
     records = read_topic(stack.bootstrap, stack.topic, INPUT_PARTITIONS, quiet_s=2.0)
@@ -184,6 +201,9 @@ def check_the_output(stack: Stack) -> None:
                        check_exact=False, rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)
     assert read_topic(stack.bootstrap, f"{stack.topic}-late", 1, quiet_s=1.0) == []
     assert read_topic(stack.bootstrap, f"{stack.topic}-dlq", 1, quiet_s=1.0) == []
+    return {"input_messages": len(records), "input_rows": published.num_rows,
+            "windows": len(starts), "output_rows": got.height, "lost": lost,
+            "duplicated": repeated_groups(got, KEYS)}
 
 
 def reference(rows: pa.Table) -> pl.DataFrame:  # noqa: ARG001 - DuckDB scans ``rows``

@@ -3,9 +3,11 @@ with deploy/compose.host-network.yml and this folder's overrides.yml, on the eng
 scripts/docker-local finds or starts.
 
 In order: the alert rules pass promtool; `up --wait` brings every service up and the
-daemon healthy, unprivileged; Prometheus scrapes it; the daemon is killed mid-stream,
-scaled to three and back to one while the workers publish, and the output still equals
-DuckDB over what the input topic holds; `stop` ends it with exit 0 within its grace.
+daemon healthy, unprivileged; Prometheus scrapes it; while the workers publish, the
+daemon crashes (SIGKILL of its process: the restart policy brings it back), is `docker
+kill`ed (Docker's operator stop: `docker start` brings it back), is scaled to three and
+back to one, and the output still equals DuckDB over what the input topic holds; `stop`
+ends it with exit 0 within its grace period.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ def test_the_alert_rules_pass_promtool_and_their_unit_tests(engine: Engine) -> N
     stack = Stack(engine)  # for its docker command; nothing is started
     promtool = ["run", "--rm", "--network", "host", "--entrypoint", "promtool",
                 "-v", f"{RULES}:/rules:ro", engine.images["prometheus"]]
+    rules = yaml.safe_load((RULES / "alerts.yml").read_text())["groups"][0]["rules"]
     checked = stack.docker(*promtool, "check", "rules", "/rules/alerts.yml")
-    assert "SUCCESS: 11 rules found" in checked.stdout, checked.stdout
+    assert f"SUCCESS: {len(rules)} rules found" in checked.stdout, checked.stdout
     tested = stack.docker(*promtool, "test", "rules", "/rules/alerts.test.yml")
     assert "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 

@@ -32,6 +32,9 @@ test: lint typecheck
 # docker.io when root), gets compose v2 and the images, all cached under
 # $${XDG_CACHE_HOME:-~/.cache}/arrowagg. A cold first run builds for minutes, hence the timeout.
 compose-test: venv
+	@# First on its own, so its progress shows (pytest would hold it); the tests' fixture
+	@# then finds everything ready and stops the private engine at the end.
+	$(PY) scripts/docker-local start >/dev/null || { $(PY) scripts/docker-local stop; exit 1; }
 	$(PY) -m pytest --compose --timeout 1500 tests/deploy/compose
 
 unit: venv

@@ -20,9 +20,11 @@ COPY pyproject.toml README.md ./
 COPY wire ./wire
 COPY consumer ./consumer
 COPY producer ./producer
-RUN --mount=type=secret,id=ca_bundle \
+# pip's cache is a build cache mount, kept by the builder between builds and in no layer:
+# a change to the sources (or README.md, which pyproject.toml reads) reinstalls from it.
+RUN --mount=type=secret,id=ca_bundle --mount=type=cache,target=/root/.cache/pip \
     if [ -s /run/secrets/ca_bundle ]; then export PIP_CERT=/run/secrets/ca_bundle; fi \
-    && pip install --no-cache-dir .
+    && pip install .
 COPY config.yaml /etc/arrowagg/config.yaml
 COPY deploy/arrowagg-slot /usr/local/bin/arrowagg-slot
 USER arrowagg

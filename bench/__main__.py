@@ -215,7 +215,8 @@ def write_outputs(results: dict[str, Any], directory: Path, doc: Path, *, plot: 
         report.plot(results, doc.parent / report.PLOT_NAME)
     method = (TEXT / "method.md").read_text()
     findings = (TEXT / "findings.md").read_text()
-    doc.write_text(report.markdown(results, method=method, findings=findings, plot=plot))
+    text = report.markdown(results, method=method, findings=findings, plot=plot)
+    doc.write_text(scale_out_containers.with_section(text, results))
     for target, measured, met in report.targets(results):
         verdict = "n/a" if met is None else ("met" if met else "NOT met")
         print(f"target: {target}: {measured} ({verdict})", flush=True)

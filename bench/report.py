@@ -24,8 +24,7 @@ def write_json(results: dict[str, Any], directory: Path = RESULTS) -> list[Path]
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, body in [("all", results), *((k, results[k]) for k in
-                                           ("kernel", "e2e", "memory", "latency", "scale_out",
-                                            "scale_out_containers")
+                                           ("kernel", "e2e", "memory", "latency", "scale_out")
                                            if k in results)]:
         path = directory / f"{name}.json"
         tmp = path.with_suffix(".json.tmp")
@@ -52,12 +51,6 @@ def scale_out_table(results: dict[str, Any]) -> str:
     return head + "\n\n" + _table(
         ["instances", "mode", "seconds", "rows/s", "vs one instance", "repartition MB",
          "repartition MB per input GB"], rows)
-
-
-def _containers_table(results: dict[str, Any]) -> str:
-    from bench.scale_out_containers import table  # noqa: PLC0415 - it imports bench.scale_out
-
-    return table(results["scale_out_containers"])
 
 
 # -- the headline ------------------------------------------------------------------------
@@ -316,8 +309,6 @@ def markdown(results: dict[str, Any], *, method: str, findings: str, plot: bool)
         ("3. Memory while streaming", memory_table, "memory"),
         ("4. Latency: window close to readable result", latency_table, "latency"),
         ("5. Scale-out: 1, 2 and 3 instances", scale_out_table, "scale_out"),
-        ("6. Scale-out in containers: 1, 2 and 3 daemons, each capped in CPU",
-         _containers_table, "scale_out_containers"),
     ]
     for title, render, key in sections:
         if key in results:

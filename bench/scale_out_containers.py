@@ -263,6 +263,17 @@ def container_cpu_s(compose: Compose, container: str) -> float | None:
     return None
 
 
+def with_section(markdown: str, results: dict[str, Any]) -> str:
+    """docs/benchmarks.md with this section after the others, before "How it is measured"
+    (bench.report renders the rest; this module keeps its own table)."""
+    if "scale_out_containers" not in results:
+        return markdown
+    section = ("## 6. Scale-out in containers: 1, 2 and 3 daemons, each capped in CPU\n\n"
+               f"{table(results['scale_out_containers'])}\n\n")
+    before, marker, after = markdown.partition("## How it is measured")
+    return before + section + marker + after
+
+
 def table(figures: dict[str, Any]) -> str:
     """The section's markdown: the runs, the ratios to one container, the CPU spent."""
     if "skipped" in figures:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from bench.scale_out_containers import process_cpu_s, table
+from bench.scale_out_containers import process_cpu_s, table, with_section
 
 
 def test_the_table_gives_each_run_its_ratio_to_one_and_the_cpu_spent() -> None:
@@ -31,3 +31,11 @@ def test_a_process_cpu_time_grows_as_it_works() -> None:
     while time.process_time() < deadline:
         pass
     assert process_cpu_s(os.getpid()) - before >= 0.1
+
+
+def test_the_section_goes_after_the_others_and_before_the_method() -> None:
+    doc = "# Benchmarks\n\n## 5. Scale-out\n\nx\n\n## How it is measured\n\ny\n"
+    text = with_section(doc, {"scale_out_containers": {"skipped": "no engine"}})
+    assert text.index("## 5.") < text.index("## 6. Scale-out in containers") \
+        < text.index("Skipped: no engine.") < text.index("## How it is measured")
+    assert with_section(doc, {}) == doc

@@ -225,15 +225,14 @@ def reference(rows: pa.Table) -> pl.DataFrame:  # noqa: ARG001 - DuckDB scans ``
 
 
 def test_stop_ends_the_daemon_with_exit_0_within_its_grace_period(stack: Stack) -> None:
+    # compose sends SIGTERM and, once stop_grace_period has passed, SIGKILL (exit 137):
+    # exit code 0 and the daemon's own last line mean it stopped within the grace period.
     (daemon,) = stack.containers("daemon")
-    started = time.monotonic()
     stack.compose("stop", "daemon", timeout_s=STOP_GRACE_S + 30)
-    seconds = time.monotonic() - started
     state = stack.inspect(daemon)["State"]
     assert state["ExitCode"] == 0, stack.logs("daemon")[-3000:]
-    assert seconds < STOP_GRACE_S
+    assert not state["OOMKilled"]
     assert "stopped cleanly" in stack.logs("daemon")
-    started = time.monotonic()
-    down = stack.compose("down", "--volumes", timeout_s=STOP_GRACE_S + 60)
-    assert down.returncode == 0
-    assert time.monotonic() - started < STOP_GRACE_S
+    down = stack.compose("down", "--volumes", timeout_s=STOP_GRACE_S + 60, check=False)
+    assert down.returncode == 0, down.stderr[-3000:]
+    assert stack.compose("ps", "--all", "--quiet").stdout.split() == []

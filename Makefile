@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv lint typecheck unit test demo bench broker-start broker-stop broker-status clean
+.PHONY: venv lint typecheck unit test compose-test demo bench broker-start broker-stop broker-status clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "arrowagg needs Python 3.11+; set PYTHON=python3.11")'
@@ -26,6 +26,16 @@ typecheck: venv
 # (KAFKA_BOOTSTRAP_SERVERS, else testcontainers when Docker answers, else scripts/kafka-local).
 test: lint typecheck
 	$(PY) -m pytest
+
+# The container stack built and run for real (tests/deploy/compose/, README "Containers"):
+# scripts/docker-local finds a Docker engine or starts a private one (installing Debian's
+# docker.io when root), gets compose v2 and the images, all cached under
+# $${XDG_CACHE_HOME:-~/.cache}/arrowagg. A cold first run builds for minutes, hence the timeout.
+compose-test: venv
+	@# First on its own, so its progress shows (pytest would hold it); the tests' fixture
+	@# then finds everything ready and stops the private engine at the end.
+	$(PY) scripts/docker-local start >/dev/null || { $(PY) scripts/docker-local stop; exit 1; }
+	$(PY) -m pytest --compose --timeout 1500 tests/deploy/compose
 
 unit: venv
 	$(PY) -m pytest -m 'not integration'

@@ -13,12 +13,24 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import e2e, kernel, latency, memory, payloads, peers, report, running, scale_out
+from bench import (
+    e2e,
+    kernel,
+    latency,
+    memory,
+    payloads,
+    peers,
+    report,
+    running,
+    scale_out,
+    scale_out_containers,
+)
 from bench.broker import broker, delete_topics, kafka_version
 from bench.machine import describe, machine_info
+from bench.plot import draw
 from bench.sizes import FULL, SMOKE, Sizes
 
-SECTIONS = ("kernel", "e2e", "memory", "latency", "scale_out")
+SECTIONS = ("kernel", "e2e", "memory", "latency", "scale_out", "scale_out_containers")
 TEXT = Path(__file__).resolve().parent / "text"
 
 
@@ -38,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["kernel"] = run_kernel(sizes)
     if "memory" in sections:
         results["memory"] = run_memory(sizes)
-    if {"e2e", "latency", "scale_out"} & set(sections):
+    if {"e2e", "latency", "scale_out", "scale_out_containers"} & set(sections):
         with broker() as bootstrap:
             results["kafka"] = kafka_version(bootstrap)
             if "e2e" in sections:
@@ -47,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results["latency"] = run_latency(bootstrap, sizes)
             if "scale_out" in sections:
                 results["scale_out"] = run_scale_out(bootstrap, sizes)
+            if "scale_out_containers" in sections:
+                results["scale_out_containers"] = run_scale_out_containers(
+                    bootstrap, sizes, smoke=args.smoke)
     results["wall_s"] = time.monotonic() - started
     results["load"]["end"] = os.getloadavg()[0]
     write_outputs(results, Path(args.results), Path(args.doc), plot=not args.no_plot)
@@ -161,6 +176,21 @@ def run_scale_out(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
     return figures
 
 
+def run_scale_out_containers(bootstrap: str, sizes: Sizes, *, smoke: bool) -> dict[str, Any]:
+    # The smoke run (make test) builds no image: a cold engine takes minutes.
+    figures: dict[str, Any] = {"skipped": "smoke sizes build no container image"}
+    if not smoke:
+        figures = scale_out_containers.measure(
+            bootstrap, scale_out_containers.broker_pid(), target_bytes=sizes.scale_out_bytes,
+            step=_step)
+    if "skipped" in figures:
+        print(f"   skipped: {figures['skipped']}", flush=True)
+    for run in figures.get("runs", []):
+        print(f"   {run['instances']} container(s): {run['seconds']:.1f} s, "
+              f"{run['rows_per_s']:,.0f} rows/s", flush=True)
+    return figures
+
+
 def run_latency(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
     runs = {}
     for name, processing, consumer in (
@@ -193,10 +223,11 @@ def write_outputs(results: dict[str, Any], directory: Path, doc: Path, *, plot: 
         print(f"wrote {path.name}", flush=True)
     doc.parent.mkdir(parents=True, exist_ok=True)
     if plot:
-        report.plot(results, doc.parent / report.PLOT_NAME)
+        draw(results, doc.parent / report.PLOT_NAME)
     method = (TEXT / "method.md").read_text()
     findings = (TEXT / "findings.md").read_text()
-    doc.write_text(report.markdown(results, method=method, findings=findings, plot=plot))
+    text = report.markdown(results, method=method, findings=findings, plot=plot)
+    doc.write_text(scale_out_containers.with_section(text, results))
     for target, measured, met in report.targets(results):
         verdict = "n/a" if met is None else ("met" if met else "NOT met")
         print(f"target: {target}: {measured} ({verdict})", flush=True)

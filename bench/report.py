@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import running
 from bench.machine import describe
 from bench.memory import bytes_per_group
 
@@ -43,7 +44,7 @@ def scale_out_table(results: dict[str, Any]) -> str:
              f"{r['repartition_bytes'] / 1e6:.2f}" if r["repartition_bytes"] else "-",
              f"{r['repartition_bytes_per_input_gb'] / 1e6:.1f}" if r["repartition_bytes"]
              else "-"] for r in runs]
-    head = (f"{figures['rows']:,} rows ({_gb(figures['input_bytes'])}, dictionary keys, "
+    head = (f"{figures['rows']:,} rows ({gb(figures['input_bytes'])}, dictionary keys, "
             f"{figures['groups']:,} groups, {figures['windows']} windows) in "
             f"{figures['input_partitions']} input partitions; "
             f"{figures['repartition_partitions']} repartition partitions. Launch to the last "
@@ -79,7 +80,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         low, high = fixed[0], fixed[-1]
         change = high["steady_rss_mb"] / low["steady_rss_mb"] - 1
         peak = high["peak_rss_mb"] / low["peak_rss_mb"] - 1
-        rows.append((f"RSS flat within 10% from {_gb(low['bytes'])} to {_gb(high['bytes'])}",
+        rows.append((f"RSS flat within 10% from {gb(low['bytes'])} to {gb(high['bytes'])}",
                      f"steady {change:+.1%}, peak {peak:+.1%}",
                      abs(change) <= 0.10 and abs(peak) <= 0.10))
     if (sweep := memory.get("sweep", [])) and len(sweep) > 1:
@@ -87,7 +88,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         per_group = bytes_per_group(low["steady_rss_mb"], high["steady_rss_mb"],
                                     low["groups"], high["groups"])
         label = (f"steady RSS, {low['groups']:,} -> {high['groups']:,} groups, "
-                 f"{_gb(high['bytes'])} each")
+                 f"{gb(high['bytes'])} each")
         rows.append((f"memory per open group <= 300 bytes ({label})", f"{per_group:.0f} bytes",
                      per_group <= 300))
     if defaults := results.get("latency", {}).get("defaults"):
@@ -133,7 +134,7 @@ def _load(results: dict[str, Any]) -> str:
             f"on {results['machine']['cores']} cores")
 
 
-def _gb(nbytes: float) -> str:
+def gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.0f} MB"
 
 
@@ -164,7 +165,7 @@ def e2e_table(results: dict[str, Any]) -> str:
     for encoding, readers in e2e.get("encodings", {}).items():
         ceiling = _ceiling(readers)["rows_per_s"]
         for reader, fig in readers.items():
-            rows.append([encoding, E2E_NAMES.get(reader, reader), _gb(fig["bytes"]),
+            rows.append([encoding, E2E_NAMES.get(reader, reader), gb(fig["bytes"]),
                          f"{fig['seconds']:.2f}", f"{fig['rows_per_s'] / 1e6:.2f}",
                          f"{fig['mb_per_s']:.0f}", f"{fig['rows_per_s'] / ceiling:.2f}x"])
     return _table(["payload keys", "reader", "input", "s", "Mrows/s", "MB/s",
@@ -234,7 +235,7 @@ def memory_table(results: dict[str, Any]) -> str:
     rows = []
     for kind, runs in (("fixed cardinality", memory.get("fixed", [])),
                        ("cardinality sweep", memory.get("sweep", []))):
-        rows += [[kind, _gb(run["bytes"]), f"{run['rows'] / 1e6:.0f} M", f"{run['groups']:,}",
+        rows += [[kind, gb(run["bytes"]), f"{run['rows'] / 1e6:.0f} M", f"{run['groups']:,}",
                   f"{run['baseline_rss_mb']:.0f}", f"{run['steady_rss_mb']:.0f}",
                   f"{run['peak_rss_mb']:.0f}"] for run in runs]
     return _table(["run", "streamed", "rows", "groups per window", "RSS at start MB",
@@ -250,17 +251,9 @@ def latency_table(results: dict[str, Any]) -> str:
         rows.append([LATENCY_NAMES.get(name, name), str(run["windows"]),
                      f"{run['p50_ms']:.0f}", f"{run['p99_ms']:.0f}", f"{run['max_ms']:.0f}",
                      "" if inside is None else f"{inside:.0f}"])
-    table = _table(["daemon settings", "windows", "p50 ms", "p99 ms", "max ms",
-                    "close -> commit inside the daemon, p50 ms"], rows)
-    running = results.get("latency", {}).get("running")
-    if not isinstance(running, dict):
-        return table
-    return table + (
-        f"\n\nEarly results (`window.emit_every_ms: {running['emit_every_ms']}` on "
-        f"{running['window_ms'] / 1000:g}-second windows): how old the running value is when "
-        f"a subscriber reads a provisional revision, over {running['provisional_messages']} "
-        f"of them: p50 {running['p50_ms']:.0f} ms, p99 {running['p99_ms']:.0f} ms, "
-        f"max {running['max_ms']:.0f} ms (bench/running.py).")
+    return _table(["daemon settings", "windows", "p50 ms", "p99 ms", "max ms",
+                   "close -> commit inside the daemon, p50 ms"], rows) + running.sentence(
+        results.get("latency", {}).get("running"))
 
 
 PEERS_INTRO = """### The whole job against the tools a user would pick instead
@@ -331,78 +324,3 @@ def markdown(results: dict[str, Any], *, method: str, findings: str, plot: bool)
 
 
 # -- the plot ----------------------------------------------------------------------------
-
-
-def plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib as mpl  # noqa: PLC0415 - only make bench installs it
-
-    mpl.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    _plot_kernel(axes[0][0], results)
-    _plot_e2e(axes[0][1], results)
-    _plot_memory(axes[1][0], results)
-    _plot_latency(axes[1][1], results)
-    fig.suptitle(f"arrowagg vs peers, {results['machine']['cores']} cores "
-                 f"({results.get('started', '')})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-
-
-def _plot_kernel(ax: Any, results: dict[str, Any]) -> None:
-    cases = results.get("kernel", [])
-    peers = list(PEER_NAMES)
-    width = 0.8 / len(peers)
-    for i, peer in enumerate(peers):
-        values = [c["peers"][peer]["rows_per_s"] / 1e6 if peer in c["peers"] else 0
-                  for c in cases]
-        ax.bar([x + i * width for x in range(len(cases))], values, width,
-               label=PEER_NAMES[peer])
-    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))],
-                  [f"{c['case']}\n{c['encoding']}" for c in cases], fontsize=7)
-    ax.set_ylabel("Mrows/s (median)")
-    ax.set_title("1. aggregation kernel")
-    ax.legend(fontsize=7)
-
-
-def _plot_e2e(ax: Any, results: dict[str, Any]) -> None:
-    labels, values = [], []
-    for encoding, readers in results.get("e2e", {}).get("encodings", {}).items():
-        for reader, fig in readers.items():
-            labels.append(f"{reader}\n{encoding}")
-            values.append(fig["rows_per_s"] / 1e6)
-    for name, fig in results.get("e2e", {}).get("peers", {}).items():
-        if "rows_per_s" in fig:
-            labels.append(f"{name}\n(steady)")
-            values.append(fig["rows_per_s"] / 1e6)
-    ax.bar(range(len(values)), values, color="tab:green")
-    ax.set_xticks(range(len(values)), labels, fontsize=6, rotation=25)
-    ax.set_yscale("log")
-    ax.set_ylabel("Mrows/s (log)")
-    ax.set_title("2. end to end through the broker")
-
-
-def _plot_memory(ax: Any, results: dict[str, Any]) -> None:
-    memory = results.get("memory", {})
-    for run in [*memory.get("fixed", []), *memory.get("sweep", [])]:
-        samples = run.get("rss_samples_mb", [])
-        ax.plot([at / 1e9 for at, _ in samples], [mb for _, mb in samples],
-                label=f"{_gb(run['bytes'])}, {run['groups']:,} groups")
-    ax.set_xlabel("GB streamed")
-    ax.set_ylabel("VmRSS MB")
-    ax.set_title("3. RSS while streaming (kernel path)")
-    ax.legend(fontsize=7)
-
-
-def _plot_latency(ax: Any, results: dict[str, Any]) -> None:
-    for name, run in results.get("latency", {}).items():
-        if isinstance(run, dict) and run.get("latencies_ms"):
-            values = sorted(run["latencies_ms"])
-            ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=name)
-    ax.axvline(250, color="grey", linestyle=":")
-    ax.set_xlabel("window close -> readable, ms")
-    ax.set_ylabel("fraction of windows")
-    ax.set_title("4. latency (CDF)")
-    ax.legend(fontsize=7)

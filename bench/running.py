@@ -116,3 +116,14 @@ def _ages(seen: list[tuple[float, OutputWindow]],
         if reached < len(messages):
             ages.append((read_at - messages[reached][0]) * 1000)
     return ages
+
+
+def sentence(run: dict[str, Any] | None) -> str:
+    """The figures of a run, said after the latency table (empty without a run)."""
+    if not isinstance(run, dict):
+        return ""
+    return (f"\n\nEarly results (`window.emit_every_ms: {run['emit_every_ms']}` on "
+            f"{run['window_ms'] / 1000:g}-second windows): how old the running value is when "
+            f"a subscriber reads a provisional revision, over {run['provisional_messages']} "
+            f"of them: p50 {run['p50_ms']:.0f} ms, p99 {run['p99_ms']:.0f} ms, "
+            f"max {run['max_ms']:.0f} ms (bench/running.py).")

@@ -44,6 +44,21 @@ class Broker:
 _broker_seen: list[Broker] = []
 _failures: list[str] = []
 _session_state: list[Path] = []  # the session broker's KAFKA_LOCAL_DIR, once made
+COMPOSE_TESTS = REPO / "tests" / "deploy" / "compose"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--compose", action="store_true",
+                     help="run tests/deploy/compose/: the container stack, built and started "
+                          "(make compose-test); without it they are not collected")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The container stack's checks need a Docker engine and minutes of image building:
+    `make compose-test` runs them (--compose), `make test` leaves them out."""
+    if collection_path == COMPOSE_TESTS and not config.getoption("--compose"):
+        return True
+    return None
 
 
 def _docker_answers() -> bool:

@@ -13,12 +13,23 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import e2e, kernel, latency, memory, payloads, peers, report, scale_out
+from bench import (
+    e2e,
+    jvm_peers,
+    kernel_floor,
+    latency,
+    memory,
+    payloads,
+    peer_memory,
+    peers,
+    report,
+    scale_out,
+)
 from bench.broker import broker, delete_topics, kafka_version
 from bench.machine import describe, machine_info
 from bench.sizes import FULL, SMOKE, Sizes
 
-SECTIONS = ("kernel", "e2e", "memory", "latency", "scale_out")
+SECTIONS = ("kernel", "e2e", "peers", "memory", "latency", "scale_out")
 TEXT = Path(__file__).resolve().parent / "text"
 
 
@@ -28,6 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     started = time.monotonic()
     info = machine_info({p.package: p.python() for p in peers.PEERS if p.package})
+    info["versions"]["kafka-streams"] = jvm_peers.kstreams_version()
+    info["versions"]["java"] = jvm_peers.java_version()
     print(describe(info), flush=True)
     results: dict[str, Any] = {
         "machine": info, "sizes": "smoke" if args.smoke else "full",
@@ -38,11 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["kernel"] = run_kernel(sizes)
     if "memory" in sections:
         results["memory"] = run_memory(sizes)
-    if {"e2e", "latency", "scale_out"} & set(sections):
+    if {"e2e", "peers", "latency", "scale_out"} & set(sections):
         with broker() as bootstrap:
             results["kafka"] = kafka_version(bootstrap)
             if "e2e" in sections:
                 results["e2e"] = run_e2e(bootstrap, sizes)
+            if "peers" in sections:
+                results.setdefault("e2e", {}).update(run_peers(bootstrap, sizes))
             if "latency" in sections:
                 results["latency"] = run_latency(bootstrap, sizes)
             if "scale_out" in sections:
@@ -75,8 +90,8 @@ def run_kernel(sizes: Sizes) -> list[dict[str, Any]]:
         for encoding in payloads.ENCODINGS:
             _step(f"kernel: {case.name}, {encoding} keys")
             built = payloads.build(case, encoding)
-            figures = kernel.measure(built, repetitions=case.repetitions,
-                                     poll_messages=sizes.poll_messages)
+            figures = kernel_floor.measure(built, repetitions=case.repetitions,
+                                           poll_messages=sizes.poll_messages)
             cases.append(figures)
             ours = figures["peers"]["arrowagg"]["rows_per_s"]
             print("   " + ", ".join(
@@ -113,10 +128,11 @@ def run_e2e(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
                   f"{figures[name]['mb_per_s']:.0f} MB/s", flush=True)
         encodings[encoding] = figures
         delete_topics(bootstrap, [topic.name])
-    return {"encodings": encodings, "peers": run_peers(bootstrap, sizes)}
+    return {"encodings": encodings}
 
 
 def run_peers(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
+    """The whole job per peer, then memory per open group for some of them."""
     figures = peers.run_all(bootstrap, sizes.peers, _step)
     ours = figures.get("arrowagg", {}).get("rows_per_s")
     for name, fig in figures.items():
@@ -127,7 +143,14 @@ def run_peers(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
                  if ours and name != "arrowagg" else "")
         print(f"   {name}: startup {fig['startup_s']:.2f} s, steady "
               f"{fig['rows_per_s']:,.0f} rows/s{ratio}", flush=True)
-    return figures
+    memory = peer_memory.run_all(bootstrap, sizes, _step)
+    for name, fig in memory.items():
+        what = fig.get("skipped") or fig.get("wrong") or (
+            f"{fig['bytes_per_group']:,.0f} bytes an open group (steady RSS "
+            + ", ".join(f"{r['steady_rss_mb']:,.0f} MB at {r['groups']:,} groups"
+                        for r in fig["runs"]) + ")")
+        print(f"   memory, {name}: {what}", flush=True)
+    return {"peers": figures, "peer_memory": memory}
 
 
 def run_memory(sizes: Sizes) -> dict[str, Any]:

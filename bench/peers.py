@@ -112,9 +112,9 @@ PEERS = (
          "connector; the planner's window aggregate on the default (heap) state backend; "
          "exactly-once: a checkpoint a second and the transactional Kafka sink, so results "
          "are readable from the checkpoint after they are written; one JVM (a local "
-         "MiniCluster, beside PyFlink's Python gateway), parallelism 2 (the cores) over "
-         "the one input partition; startup from a probe run",
-         package="apache-flink", probe_startup=True, jvm="flink"),
+         "MiniCluster, beside PyFlink's Python gateway), parallelism 2 (the cores), the "
+         "source 1 (the one input partition)",
+         package="apache-flink", jvm="flink"),
     Peer("kstreams", "Kafka Streams", None, "", "json", "kstreams",
          "JSON input, one row a message; groupBy sends every row once more through a "
          "repartition topic; window state in RocksDB with a changelog topic, and "
@@ -177,9 +177,10 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**chosen, "runs_rows_per_s": [r["rows_per_s"] for r in runs]}
 
 
-def measure(bootstrap: str, peer: Peer, payloads: Payloads,
-            expected: Any) -> dict[str, Any]:
-    """One run of ``peer`` over a fresh topic holding ``payloads``."""
+def measure(bootstrap: str, peer: Peer, payloads: Payloads, expected: Any,
+            on_start: Callable[[int], object] = lambda _pid: None) -> dict[str, Any]:
+    """One run of ``peer`` over a fresh topic holding ``payloads``; ``on_start`` is given
+    the process id of the timed run (the leader of its process group)."""
     values = [*payloads.values, peer_data.closing_arrow(payloads)]
     if peer.input == "json":
         values = [row for value in values for row in peer_data.json_rows(value)]
@@ -192,12 +193,12 @@ def measure(bootstrap: str, peer: Peer, payloads: Payloads,
         fill(bootstrap, source, [(0, v) for v in values])
         startup = _probe(bootstrap, peer, source, groups[1]) if peer.probe_startup else None
         run = _launch(bootstrap, peer, source, output, group=groups[0],
-                      expected=expected.height)
+                      expected=expected.height, on_start=on_start)
     finally:
         delete_topics(bootstrap, [source, output, *_topics_of(bootstrap, groups)])
     base = {"label": peer.label, "input": peer.input, "uneven": peer.uneven, "load": load,
-            "windows": payloads.windows, "rows": payloads.rows, "messages": len(values),
-            "exit_code": run.exit_code}
+            "launched": run.launched, "windows": payloads.windows, "rows": payloads.rows,
+            "messages": len(values), "exit_code": run.exit_code}
     got = None
     try:
         got = peer_data.data_results(
@@ -256,7 +257,7 @@ class Run:
 
 
 def _launch(bootstrap: str, peer: Peer, source: str, output: str, *, group: str,
-            expected: int, timeout_s: float = 900) -> Run:
+            expected: int, on_start: Callable[[int], object], timeout_s: float = 900) -> Run:
     _prepare_group(bootstrap, peer, source, group)
     reader = OutputReader(bootstrap, output, peer.shape, expected)
     reader.start()
@@ -264,6 +265,7 @@ def _launch(bootstrap: str, peer: Peer, source: str, output: str, *, group: str,
         launched = time.time()
         process = subprocess.Popen(_command(peer, bootstrap, source, output, group),
                                    stdout=out, stderr=err, start_new_session=True)
+        on_start(process.pid)
         deadline = time.monotonic() + timeout_s
         ended = "timed out"
         while reader.complete_at is None and time.monotonic() < deadline:

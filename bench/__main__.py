@@ -19,6 +19,7 @@ from bench import (
     kernel_floor,
     latency,
     memory,
+    merge_runs,
     payloads,
     peer_memory,
     peers,
@@ -64,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results["scale_out"] = run_scale_out(bootstrap, sizes)
     results["wall_s"] = time.monotonic() - started
     results["load"]["end"] = os.getloadavg()[0]
+    if args.update:
+        results = merge_runs.merged(Path(args.results) / "all.json", results, sections)
     write_outputs(results, Path(args.results), Path(args.doc), plot=not args.no_plot)
     print(f"wall time {results['wall_s']:.0f} s", flush=True)
     return 0
@@ -77,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--results", default=str(report.RESULTS), help="JSON directory")
     parser.add_argument("--doc", default=str(report.DOC), help="the markdown to write")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib)")
+    parser.add_argument("--update", action="store_true",
+                        help="keep the sections not run from the results already there")
     return parser
 
 

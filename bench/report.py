@@ -216,6 +216,8 @@ def markdown(results: dict[str, Any], *, method: str, findings: str, plot: bool)
         f"run: {results.get('started', '')}, sizes {results.get('sizes', '')}, "
         f"wall time {wall:.0f} s" if wall else "",
         _load(results),
+        *(f"sections {', '.join(run['sections'])}: from the run of {run['started']} "
+          f"({run['machine']})" for run in results.get("earlier", [])),
         "```",
         "",
         "Ratios are the headline; absolute figures on a small shared machine are context.",

@@ -8,6 +8,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -58,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "e2e" in sections:
                 results["e2e"] = run_e2e(bootstrap, sizes)
             if "peers" in sections:
-                results.setdefault("e2e", {}).update(run_peers(bootstrap, sizes))
+                results.setdefault("e2e", {}).update(run_peers(bootstrap, sizes, args.peers))
             if "latency" in sections:
                 results["latency"] = run_latency(bootstrap, sizes)
             if "scale_out" in sections:
@@ -80,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--results", default=str(report.RESULTS), help="JSON directory")
     parser.add_argument("--doc", default=str(report.DOC), help="the markdown to write")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib)")
+    parser.add_argument("--peers", help="only these peers in the peers section "
+                        f"(comma-separated: {','.join(peers.BY_NAME)})")
     parser.add_argument("--update", action="store_true",
                         help="keep the sections not run from the results already there")
     return parser
@@ -136,8 +139,14 @@ def run_e2e(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
     return {"encodings": encodings}
 
 
-def run_peers(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
-    """The whole job per peer, then memory per open group for some of them."""
+def run_peers(bootstrap: str, sizes: Sizes, chosen: str | None = None) -> dict[str, Any]:
+    """The whole job per peer, then memory per open group for some of them; ``chosen``:
+    only these (comma-separated names)."""
+    if chosen:
+        names = chosen.split(",")
+        sizes = replace(sizes, peers={n: r for n, r in sizes.peers.items() if n in names},
+                        peer_memory_peers=tuple(n for n in sizes.peer_memory_peers
+                                                if n in names))
     figures = peers.run_all(bootstrap, sizes.peers, _step)
     ours = figures.get("arrowagg", {}).get("rows_per_s")
     for name, fig in figures.items():

@@ -7,7 +7,8 @@ lateness (none); the seed's aggregates (``power`` quoted: a reserved word) over 
 ``TUMBLE`` window table-valued function,
 grouped by ``window_start, window_end, site, sensor``, go to a Kafka sink table as JSON.
 Local execution (a MiniCluster in PyFlink's JVM), parallelism = cores, the default (heap)
-state backend; exactly-once: a checkpoint a second and the transactional Kafka sink.
+state backend; exactly-once: a checkpoint a second (to files in a temporary directory)
+and the transactional Kafka sink.
 
 Two settings make it right, each found wrong without it:
 
@@ -34,8 +35,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -52,9 +56,13 @@ AGGREGATES = """SUM(reading_sum) AS reading_sum, SUM(reading_count) AS reading_c
     SUM(`power`) AS `power`, SUM(error_count) AS error_count, COUNT(*) AS row_count"""
 
 
-def settings(jars: Path, rest_port: int) -> dict[str, str]:
+def settings(jars: Path, rest_port: int, checkpoints: Path) -> dict[str, str]:
     connector = next(jars.glob("flink-sql-connector-kafka-*.jar"))
     return {
+        # Checkpoints to files, as for any real state: the default (the JobManager's
+        # memory) takes at most 5 MB, and at 1M groups every checkpoint failed, the job
+        # restarting in a loop and never closing a window.
+        "execution.checkpointing.dir": checkpoints.as_uri(),
         "rest.port": str(rest_port),
         "metrics.fetcher.update-interval": "100 ms",
         "parallelism.default": str(os.cpu_count() or 1),
@@ -135,12 +143,17 @@ def main(bootstrap: str, source: str, output: str, group: str, window_ms: int) -
     port = free_port()
     env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
     config = env.get_config()
-    for key, value in settings(Path(sys.prefix) / "jars", port).items():
+    checkpoints = Path(tempfile.mkdtemp(prefix="flink-peer-"))
+    for key, value in settings(Path(sys.prefix) / "jars", port, checkpoints).items():
         config.set(key, value)
     env.execute_sql(source_table(bootstrap, source, group))
     env.execute_sql(sink_table(bootstrap, output, group))
     threading.Thread(target=note_first_input, args=(port,), daemon=True).start()
-    env.execute_sql(windows_query(window_ms)).wait()
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
+    try:
+        env.execute_sql(windows_query(window_ms)).wait()
+    finally:  # the checkpoints of a million groups are tens of MB
+        shutil.rmtree(checkpoints, ignore_errors=True)
 
 
 if __name__ == "__main__":

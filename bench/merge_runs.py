@@ -1,7 +1,8 @@
 """One run's sections merged into the results of an earlier one (``--update``).
 
 A section rerun alone (``--sections peers --update``) replaces that section in
-``all.json`` and keeps the others, so ``docs/benchmarks.md`` stays whole. The machine and
+``all.json`` and keeps the others, so ``docs/benchmarks.md`` stays whole; a rerun of
+some peers (``--peers flink``) replaces those peers' figures and keeps the others'. The machine and
 time of the earlier run go with the sections kept from it, and the document says which
 sections came from which run.
 """
@@ -28,6 +29,10 @@ def merged(previous_file: Path, results: dict[str, Any], sections: list[str],
     previous: dict[str, Any] = json.loads(previous_file.read_text())
     kept = [s for s in PLACES if s not in sections and _has(previous, s)]
     out = dict(results)
+    if "peers" in sections:  # a run of some peers (--peers) keeps the others' figures
+        out["e2e"] = {**out.get("e2e", {}), **{
+            key: {**previous.get("e2e", {}).get(key, {}), **out.get("e2e", {}).get(key, {})}
+            for key in PEER_KEYS}}
     for section in kept:
         if section in ("e2e", "peers"):
             keys = PEER_KEYS if section == "peers" else ("encodings",)

@@ -51,3 +51,13 @@ def test_a_third_run_keeps_each_sections_own_origin(tmp_path: Path) -> None:
 def test_without_earlier_results_the_run_stands_alone(tmp_path: Path) -> None:
     new = {"started": "day 2", "kernel": ["k2"]}
     assert merged(tmp_path / "absent.json", new, ["kernel"]) == new
+
+
+def test_a_rerun_of_one_peer_keeps_the_others(tmp_path: Path) -> None:
+    previous = tmp_path / "all.json"
+    previous.write_text(json.dumps(earlier_run()))
+    new = {"started": "day 2", "machine": MACHINE,
+           "e2e": {"peers": {"flink": "f2"}, "peer_memory": {"flink": "fm2"}}}
+    out = merged(previous, new, ["peers"])
+    assert out["e2e"]["peers"] == {"quix": "q1", "flink": "f2"}
+    assert out["e2e"]["peer_memory"] == {"flink": "fm2"}

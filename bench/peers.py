@@ -110,15 +110,16 @@ PEERS = (
     Peer("flink", "Flink SQL", "flink", "flink_app.py", "json", "flink",
          "JSON input, one row a message (as Flink users publish), read by the Kafka SQL "
          "connector; the planner's window aggregate on the default (heap) state backend; "
-         "exactly-once: a checkpoint a second and the transactional Kafka sink, so results "
-         "are readable from the checkpoint after they are written; one JVM (a local "
+         "exactly-once: a checkpoint a second (to files) and the transactional Kafka sink, so "
+         "results are readable from the checkpoint after they are written; one JVM (a local "
          "MiniCluster, beside PyFlink's Python gateway), parallelism 2 (the cores), the "
          "source 1 (the one input partition)",
          package="apache-flink", jvm="flink"),
     Peer("kstreams", "Kafka Streams", None, "", "json", "kstreams",
          "JSON input, one row a message; groupBy sends every row once more through a "
          "repartition topic; window state in RocksDB with a changelog topic, and "
-         "suppress's buffer with one of its own; exactly-once (exactly_once_v2); one JVM, "
+         "suppress's buffer with one of its own; exactly-once (exactly_once_v2, a commit a "
+         "second); one JVM, "
          "a stream thread per core over the one input partition (one task reads, one "
          "aggregates)",
          jvm="kstreams"),

@@ -61,11 +61,28 @@ FIND_PY312 = for c in $(PYTHON312) $(PYTHON) python3.14 python3.13 python3.12 \
 	"$$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
 	&& { command -v "$$c"; break; }; done
 
+# The JVM peers: Flink's Kafka SQL connector jar beside PyFlink, and the Kafka Streams
+# project built into bench/kstreams/target; each (re)made when its pom or sources change.
+# Without Maven or Java they are left out (the harness says why), not the whole bench.
+KSTREAMS_BUILT := bench/kstreams/target/.built
+$(KSTREAMS_BUILT): bench/kstreams/pom.xml $(shell find bench/kstreams/src -name '*.java')
+	@mvn -B -q -f bench/kstreams/pom.xml package && touch $@ || \
+		echo "make bench: could not build the Kafka Streams peer with Maven;" \
+			"going on without it." >&2
+
+FLINK_JARS := $(VENV)/flink/jars/.stamp
+$(FLINK_JARS): bench/flink/pom.xml
+	@mvn -B -q -f bench/flink/pom.xml dependency:copy-dependencies -DexcludeTransitive=true \
+		-DoutputDirectory=$(CURDIR)/$(VENV)/flink/jars && touch $@ || \
+		echo "make bench: could not fetch Flink's Kafka SQL connector with Maven;" \
+			"going on without Flink." >&2
+
 # Installs the bench extra (once per pyproject.toml change) and the end-to-end peers
-# (Quix Streams, Bytewax, Denormalized) in interpreters of their own under .venv/, then
-# runs the harness: bench/results/*.json and docs/benchmarks.md (with docs/benchmarks.png).
-# A peer whose interpreter is missing is reported as skipped.
-bench: venv
+# (Quix Streams, Bytewax, Denormalized, PyFlink) in interpreters of their own under .venv/
+# and the JVM peers' parts, then runs the harness: bench/results/*.json and
+# docs/benchmarks.md (with docs/benchmarks.png). A peer that could not be set up is
+# reported as skipped, with the reason.
+bench: venv $(FLINK_JARS) $(KSTREAMS_BUILT)
 	@if [ ! $(VENV)/.bench-stamp -nt pyproject.toml ]; then \
 		$(PY) -m pip install --quiet -e '.[dev,bench]' && touch $(VENV)/.bench-stamp; fi
 	$(call peer_venv,quix,$(PYTHON))
@@ -81,6 +98,7 @@ bench: venv
 			$(VENV)/denormalized/bin/pip install --quiet \
 				-r bench/denormalized-requirements.txt && \
 			touch $(VENV)/denormalized/.stamp; fi; fi
+	$(call peer_venv,flink,$(PYTHON))
 	$(PY) -m bench
 
 broker-start: venv

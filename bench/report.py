@@ -7,9 +7,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import running
+from bench import report_targets, running
 from bench.machine import describe
 from bench.memory import bytes_per_group
+from bench.report_peers import (
+    PEER_MEMORY_INTRO,
+    PEERS_INTRO,
+    peer_memory_table,
+    peers_table,
+    peers_uneven,
+)
+from bench.tables import markdown_table as _table
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -17,7 +25,9 @@ DOC = REPO / "docs" / "benchmarks.md"
 PLOT_NAME = "benchmarks.png"
 
 PEER_NAMES = {"arrowagg": "arrowagg", "datafusion": "DataFusion", "duckdb": "DuckDB",
-              "polars_naive": "naive Polars"}
+              "polars_naive": "naive Polars",
+              **{name: f"Polars floor, {shape}"
+                 for name, shape in report_targets.FLOOR_NAMES.items()}}
 
 
 def write_json(results: dict[str, Any], directory: Path = RESULTS) -> list[Path]:
@@ -59,20 +69,13 @@ def scale_out_table(results: dict[str, Any]) -> str:
 
 def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     """(target, what was measured, met) for every target the issue names."""
-    rows: list[tuple[str, str, bool | None]] = []
-    for case in results.get("kernel", []):
-        peers = case["peers"]
-        ours = peers["arrowagg"]["rows_per_s"]
-        label = f"{case['case']}, {case['encoding']}"
-        for peer, goal in kernel_goals(case):
-            ratio = ours / peers[peer]["rows_per_s"]
-            rows.append((f"kernel >= {goal}x {PEER_NAMES[peer]} ({label})",
-                         f"{ratio:.2f}x", ratio >= goal))
+    rows = report_targets.kernel_rows(results)
     e2e = results.get("e2e", {})
     for encoding, readers in e2e.get("encodings", {}).items():
         ratio = readers["daemon"]["rows_per_s"] / _ceiling(readers)["rows_per_s"]
         rows.append((f"end to end >= 0.8x raw consume ({encoding})", f"{ratio:.2f}x",
                      ratio >= 0.8))
+    rows += report_targets.reader_rows(results)
     if "peers" in e2e:
         rows.append(_quix_target(e2e["peers"]))
     memory = results.get("memory", {})
@@ -89,7 +92,8 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
                                     low["groups"], high["groups"])
         label = (f"steady RSS, {low['groups']:,} -> {high['groups']:,} groups, "
                  f"{gb(high['bytes'])} each")
-        rows.append((f"memory per open group <= 300 bytes ({label})", f"{per_group:.0f} bytes",
+        rows.append((f"memory per open group <= 300 bytes ({label})",
+                     f"{per_group:.0f} bytes{report_targets.memory_anchors(results)}",
                      per_group <= 300))
     if defaults := results.get("latency", {}).get("defaults"):
         rows.append(("latency p99 < 250 ms (shipped defaults)",
@@ -109,16 +113,6 @@ def _quix_target(peers: dict[str, Any]) -> tuple[str, str, bool | None]:
             return target, f"{name}: {why}", None
     ratio = ours["rows_per_s"] / quix["rows_per_s"]
     return target, f"{ratio:.0f}x", ratio >= 10
-def kernel_goals(case: dict[str, Any]) -> list[tuple[str, float]]:
-    """Issue 15's kernel targets: at the 10k-group case >= 1.5x DataFusion with dictionary
-    keys (what the Publisher sends), >= 1.0x with plain ones, >= 3x naive Polars with
-    both; at a million groups >= 1.0x DataFusion."""
-    if case["groups"] >= 1_000_000:
-        return [("datafusion", 1.0)]
-    return [("datafusion", 1.5 if case["encoding"] == "dictionary" else 1.0),
-            ("polars_naive", 3.0)]
-
-
 def _ceiling(readers: dict[str, Any]) -> dict[str, Any]:
     raws = [v for k, v in readers.items() if k.startswith("raw")]
     return max(raws, key=lambda r: float(r["rows_per_s"]))
@@ -139,12 +133,6 @@ def gb(nbytes: float) -> str:
 
 
 # -- markdown ----------------------------------------------------------------------------
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def kernel_table(results: dict[str, Any]) -> str:
@@ -170,53 +158,6 @@ def e2e_table(results: dict[str, Any]) -> str:
                          f"{fig['mb_per_s']:.0f}", f"{fig['rows_per_s'] / ceiling:.2f}x"])
     return _table(["payload keys", "reader", "input", "s", "Mrows/s", "MB/s",
                    "/ raw ceiling"], rows)
-
-
-def peers_table(results: dict[str, Any]) -> str:
-    """The whole job per peer: startup apart from the steady rate, per-row ratios."""
-    peers = results.get("e2e", {}).get("peers", {})
-    ours = peers.get("arrowagg", {})
-    rows = []
-    for name, fig in peers.items():
-        label = fig.get("label", name)
-        if "skipped" in fig:
-            rows.append([label, fig.get("input", ""), "", "", "", "", "", "",
-                         f"skipped: {fig['skipped']}"])
-        elif "wrong" in fig:
-            rows.append([label, fig["input"], f"{fig['rows']:,}", "", "", "",
-                         f"{fig['load']:.1f}", "", f"**wrong output**, not timed: {fig['wrong']}"])
-        else:
-            rows.append([label, fig["input"], f"{fig['rows']:,}", f"{fig['startup_s']:.2f}",
-                         f"{fig['rows_per_s']:,.0f}", f"{fig['launch_to_last_rows_per_s']:,.0f}",
-                         f"{fig['load']:.1f}", _steady_ratio(ours, fig),
-                         _whole_job_ratio(ours, fig)])
-    return _table(["peer", "input", "rows", "startup s", "steady rows/s",
-                   "launch to last result, rows/s", "machine load",
-                   "arrowagg / peer, steady", "arrowagg / peer, launch to last on its slice"],
-                  rows)
-
-
-def _steady_ratio(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
-    if "rows_per_s" not in ours:
-        return ""
-    return f"{ours['rows_per_s'] / theirs['rows_per_s']:.1f}x"
-
-
-def _whole_job_ratio(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
-    """The peer's launch-to-last time over arrowagg's for the same number of rows: its
-    startup plus those rows at its steady rate (the slices differ in length, and a
-    launch-to-last rate depends on it)."""
-    if "rows_per_s" not in ours:
-        return ""
-    ours_s = ours["startup_s"] + theirs["rows"] / ours["rows_per_s"]
-    return f"{theirs['launch_to_last_s'] / ours_s:.1f}x"
-
-
-def peers_uneven(results: dict[str, Any]) -> str:
-    """What makes each comparison uneven, one line a peer."""
-    peers = results.get("e2e", {}).get("peers", {})
-    return "\n".join(f"- **{fig.get('label', name)}**: {fig['uneven']}"
-                     for name, fig in peers.items() if "uneven" in fig)
 
 
 E2E_NAMES = {
@@ -256,22 +197,6 @@ def latency_table(results: dict[str, Any]) -> str:
         results.get("latency", {}).get("running"))
 
 
-PEERS_INTRO = """### The whole job against the tools a user would pick instead
-
-Each peer, written as a fluent user of it writes the job, drains its slice (20,000 rows
-a 10-second window over 200 groups; one partition; a closing row per group) from a fresh
-topic and writes its results to another, in a process of its own launched by the harness.
-Every result is checked against DuckDB before any figure counts. *Startup*: launch to the
-first input message in the peer's hands; *steady*: rows over first input to last result
-(as the broker appended it; for arrowagg, the commit that made it readable); launch to
-last result is both together, so on a short slice it is mostly startup. The steady ratio
-is per row (the slices differ only in how many windows they hold); the launch-to-last one
-compares the peer's whole run with arrowagg's startup plus the same rows at arrowagg's
-steady rate: the same job from launch. *Machine load*: the 1-minute load average when the
-(median) run started; arrowagg's runs are spread over the section, so its median sees the
-same drift as the peers."""
-
-
 LATENCY_NAMES = {
     "defaults": "shipped defaults (poll_timeout_ms 200, fetch.wait.max.ms 100)",
     "tuned": "poll_timeout_ms 20, fetch.wait.max.ms 10",
@@ -292,6 +217,8 @@ def markdown(results: dict[str, Any], *, method: str, findings: str, plot: bool)
         f"run: {results.get('started', '')}, sizes {results.get('sizes', '')}, "
         f"wall time {wall:.0f} s" if wall else "",
         _load(results),
+        *(f"sections {', '.join(run['sections'])}: from the run of {run['started']} "
+          f"({run['machine']})" for run in results.get("earlier", [])),
         "```",
         "",
         "Ratios are the headline; absolute figures on a small shared machine are context.",
@@ -318,6 +245,8 @@ def markdown(results: dict[str, Any], *, method: str, findings: str, plot: bool)
         if key == "e2e" and results.get("e2e", {}).get("peers"):
             parts += [PEERS_INTRO, "", peers_table(results), "",
                       "What makes each comparison uneven:", "", peers_uneven(results), ""]
+        if key == "e2e" and results.get("e2e", {}).get("peer_memory"):
+            parts += [PEER_MEMORY_INTRO, "", peer_memory_table(results), ""]
     parts += ["## How it is measured", "", method.strip(), "", "## What the profiles show", "",
               findings.strip(), ""]
     return "\n".join(parts)

@@ -53,7 +53,8 @@ def build_pipeline(settings: Settings) -> Pipeline:
                     dlq_topic=output.dlq_topic, output_format=output.format,
                     compression=output.compression, max_message_bytes=output.max_message_bytes,
                     drop_late=settings.window.late == "drop",
-                    revision_column=settings.window.late == "revise")
+                    revision_column=settings.window.late == "revise",
+                    sessions=settings.window.kind == "session")
     scale_out = settings.scale_out
     emitter = None if scale_out is None else PartialEmitter(
         scale_out.repartition_topic, scale_out.partitions,

@@ -112,17 +112,12 @@ def _buffered_aggregates(settings: Settings) -> str:
 
 
 def _session_problems(settings: Settings) -> Iterator[Problem]:
-    """Session windows merge partial states when sessions meet; what cannot merge, or
-    would reopen an emitted session, is not built for them yet."""
+    """What session windows cannot do yet."""
     if settings.window.kind != "session":
         return
     if settings.window.late == "revise":
         yield (("window", "late"), ("session windows do not revise emitted sessions yet "
                "(a late row can bridge two of them); use topic or drop"))
-    if named := _buffered_aggregates(settings):
-        yield (("aggregation",), (f"session windows take only aggregates that merge (sum, "
-               f"min, max, count, mean, first, last) for now; {named} need the session's "
-               "values"))
 
 
 def _scale_out_problems(settings: Settings) -> Iterator[Problem]:

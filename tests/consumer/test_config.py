@@ -564,10 +564,6 @@ def test_quantiles_and_expressions_are_checked_when_loaded() -> None:
 @pytest.mark.parametrize(("extra", "says"), [
     ({"window": {"late": "revise", "revision_lateness_ms": 5_000}},
      "window.late: session windows do not revise emitted sessions yet"),
-    ({"aggregation": {"columns": {"latency": "median"}}},
-     "aggregation: session windows take only aggregates that merge"),
-    ({"aggregation": {"expressions": {"p": "pl.col('x').n_unique()"}}},
-     "aggregation: session windows take only aggregates that merge"),
 ])
 def test_session_windows_refuse_what_they_cannot_merge(extra: dict[str, Any],
                                                        says: str) -> None:

@@ -17,6 +17,7 @@ from dataclasses import replace
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
+from consumer.core.holistic import ValueBuffer
 from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
 from consumer.core.plan import AggregationPlan
 from consumer.core.types import (
@@ -31,17 +32,19 @@ from consumer.core.windows.bounds import to_epoch_ms
 from consumer.core.windows.frontier import PartitionFrontier, later, read_before_restart
 from consumer.core.windows.session.late import LateRows
 from consumer.core.windows.session.offsets import PollOffsets
+from consumer.core.windows.session.output import SessionOutput
 from consumer.core.windows.session.replay import SessionReplay, named_by_origin
+from consumer.core.windows.session.session_set import SessionSet
 from consumer.core.windows.session.spans import (
     END,
     EVENT_MS,
     ROW_FRONTIER,
     SID,
-    SessionSet,
     SessionSpec,
     SidAllocator,
     per_message,
 )
+from consumer.core.windows.session.values import SessionValues
 from consumer.core.windows.watermark import WatermarkTracker
 
 log = logging.getLogger(__name__)
@@ -66,7 +69,11 @@ class SessionWindowEngine:
         self._time_dtype = time_dtype
         self._aggregator = PartialAggregator(plan, (SID,))
         self._sids = SidAllocator()
-        self._open = SessionSet(self._aggregator, self._keys, spec, self._sids)
+        buffer = ValueBuffer.for_plan(plan, (SID,))
+        self._values = None if buffer is None else SessionValues(buffer)
+        self._open = SessionSet(self._aggregator, self._keys, spec, self._sids, self._values)
+        self._output = SessionOutput(self._aggregator, self._keys, self._values,
+                                     revising=False)
         self._late = LateRows(self._open, self._keys, spec)  # closed-through, listed keys
         self._offsets = OffsetTracker()
         self._watermarks = WatermarkTracker(
@@ -135,7 +142,8 @@ class SessionWindowEngine:
 
     def _start_replay(self) -> SessionReplay:
         if self._replay is None:
-            sessions = SessionSet(self._aggregator, self._keys, self._spec, self._sids)
+            sessions = SessionSet(self._aggregator, self._keys, self._spec, self._sids,
+                                  self._values)
             self._replay = SessionReplay(sessions, self._keys, self._spec)
         return self._replay
 
@@ -247,6 +255,7 @@ class SessionWindowEngine:
                  "%d open sessions rebuilt, %d polls of new rows waited", skipped,
                  still_open.height, len(replay.held))
         self._late.record(emitted)
+        self._open.forget(emitted)
         self._open.add(self._open.merge_in(still_open))
         for held in replay.held:
             ours = (EVENT_MS, MESSAGE_INDEX, ROW_FRONTIER)
@@ -276,8 +285,9 @@ class SessionWindowEngine:
         else:
             due = self._open.pop(pl.col(END) <= watermark.value_ms)
             through = watermark.value_ms
-        closed = self._open.results(due, final=True)
+        closed = self._output.windows(due, final=True)
         self._late.record(due)
+        self._open.forget(due)
         if through is not None:
             self._advance(through)
         self._prune()
@@ -298,7 +308,9 @@ class SessionWindowEngine:
         the groups held stay within the budget; all consumed input is then emitted."""
         if self._replay is not None:
             return []  # the rebuilt sessions are not known yet: the replay comes first
-        early = self._open.results(self._open.empty_out(), final=False)
+        emptied = self._open.empty_out()
+        early = self._output.windows(emptied, final=False)
+        self._open.forget(emptied)
         self._prune()
         return early
 
@@ -348,6 +360,8 @@ class SessionWindowEngine:
 
     def discard(self) -> None:
         self._open.discard()
+        if self._values is not None:
+            self._values.discard()
         self._replay = None
         self._unreported.clear()
         self._polls.prune(None)
@@ -361,7 +375,7 @@ class SessionWindowEngine:
         return len(self._open) + replay
 
     def buffered_values(self) -> int:
-        return 0  # configuration keeps aggregates that buffer values away from sessions
+        return 0 if self._values is None else self._values.count()
 
     def open_window_count(self) -> int:
         """Open sessions, and what waits: rebuilt sessions and held polls of a replay,

@@ -24,6 +24,7 @@ from consumer.core.windows.session.closing import (
     listing,
 )
 from consumer.core.windows.session.replay import SessionReplay
+from consumer.core.windows.session.session_set import SessionSet
 from consumer.core.windows.session.spans import (
     END,
     EVENT_MS,
@@ -31,7 +32,6 @@ from consumer.core.windows.session.spans import (
     FRONTIER,
     LAST_SEQ,
     RUN,
-    SessionSet,
     SessionSpec,
     with_runs,
 )
@@ -72,6 +72,7 @@ class LateRows:
             gone = lone.filter(closed_at_once)
             if gone.height:
                 self._closed.record(gone)
+                self._open.forget(gone)
                 runs_late = runs_rows.join(gone.select(RUN, FIRST, END), on=RUN)
                 late.append(_late_frame(runs_late, columns, FIRST, END))
         if not late:

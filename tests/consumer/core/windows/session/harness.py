@@ -28,10 +28,15 @@ def session_engine(*, gap_ms: int = 100, max_session_ms: int | None = None,
                                idle_timeout_ms=idle_timeout_ms)
 
 
-def session_reference(rows: Iterable[Row], gap_ms: int,
-                      max_session_ms: int | None = None) -> pl.DataFrame:
+# The aggregates of EVENT_PLAN, in SQL.
+SUMS = """SUM(v_sum) AS v_sum, SUM(n_count)::BIGINT AS n_count, MAX(v_max) AS v_max"""
+
+
+def session_reference(rows: Iterable[Row], gap_ms: int, max_session_ms: int | None = None,
+                      aggregates: str = SUMS) -> pl.DataFrame:
     """Sessions by DuckDB SQL: LAG finds where a key's gap is reached, a running SUM
-    numbers the sessions; with a maximum, the key is partitioned by its interval too."""
+    numbers the sessions; with a maximum, the key is partitioned by its interval too.
+    ``aggregates``: the SQL of the plan's aggregates over a session's rows."""
     input_rows = frame(list(rows)).to_arrow()  # noqa: F841 - read by DuckDB's replacement scan
     bucket = f"floor(epoch_ms(ts) / {max_session_ms})::BIGINT" if max_session_ms else "0"
     end = (f"LEAST(MAX(t) + {gap_ms}, (bucket + 1) * {max_session_ms})" if max_session_ms
@@ -46,11 +51,10 @@ def session_reference(rows: Iterable[Row], gap_ms: int,
             SELECT *, SUM(starts) OVER (PARTITION BY k, bucket ORDER BY t, starts DESC
                                         ROWS UNBOUNDED PRECEDING) AS session
             FROM marked)
-        SELECT MIN(t) AS window_start, {end} AS window_end, k,
-               SUM(v_sum) AS v_sum, SUM(n_count)::BIGINT AS n_count, MAX(v_max) AS v_max,
+        SELECT MIN(t) AS window_start, {end} AS window_end, k, {aggregates},
                COUNT(*)::BIGINT AS row_count
         FROM numbered GROUP BY k, bucket, session
-    """  # noqa: S608 - only integers are formatted in
+    """  # noqa: S608 - only integers and the tests' own SQL are formatted in
     with duckdb.connect() as con:
         result: pl.DataFrame = con.sql(sql).pl()
     return result.with_columns(pl.col("window_start", "window_end").cast(UTC_MS)).sort(
@@ -63,10 +67,11 @@ def feed(engine: SessionWindowEngine, partition: PartitionKey, offset: int,
     return engine.add(frame(rows), [ref(partition, offset, rows)], now_ms)
 
 
-def emitted(windows: Sequence[ClosedWindow]) -> pl.DataFrame:
-    """Every session row of ``windows``, in the reference's order."""
+def emitted(windows: Sequence[ClosedWindow], aggregates: str = SUMS) -> pl.DataFrame:
+    """Every session row of ``windows``, in the reference's order (``aggregates``: the
+    reference's, for the columns of none)."""
     if not windows:
-        return session_reference([], 1).clear()
+        return session_reference([], 1, aggregates=aggregates).clear()
     return pl.concat([w.frame for w in windows]).sort(SORT, nulls_last=True)
 
 
@@ -96,6 +101,7 @@ class MiniDaemon:
     gap_ms: int = 100
     max_session_ms: int | None = None
     lateness_ms: int = 0
+    plan: AggregationPlan = EVENT_PLAN
     output: Output = field(default_factory=Output)
     now: int = 0
     crashes: int = 0
@@ -106,7 +112,7 @@ class MiniDaemon:
 
     def _start(self) -> None:
         self.engine = session_engine(gap_ms=self.gap_ms, max_session_ms=self.max_session_ms,
-                                     lateness_ms=self.lateness_ms)
+                                     lateness_ms=self.lateness_ms, plan=self.plan)
         self._position = {}
         for partition in self.partitions:
             point = self._committed.get(partition)

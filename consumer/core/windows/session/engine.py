@@ -5,7 +5,9 @@ Time is event time (the plan's time column) or, for ``time: processing``, each
 message's Kafka timestamp: a replay must give every row the time it had before, and
 the daemon's clock cannot (docs/design.md, "Session windows", has the whole design:
 lateness, commit offsets, what the frontier means, and why a replay is exact). Which
-rows are late, and what is kept to tell, is in consumer/core/windows/session/late.py.
+rows are late, and what is kept to tell, is in consumer/core/windows/session/late.py;
+with ``window.late: revise``, which emitted sessions are kept and which late rows revise
+them, in revise.py.
 """
 
 from __future__ import annotations
@@ -28,18 +30,21 @@ from consumer.core.types import (
     MessageRef,
     PartitionKey,
 )
-from consumer.core.windows.bounds import to_epoch_ms
 from consumer.core.windows.frontier import PartitionFrontier, later, read_before_restart
-from consumer.core.windows.session.late import LateRows
+from consumer.core.windows.session.late import LatePolicy, LateRows
 from consumer.core.windows.session.offsets import PollOffsets
 from consumer.core.windows.session.output import SessionOutput
 from consumer.core.windows.session.replay import SessionReplay, named_by_origin
+from consumer.core.windows.session.revise import RevisingRows
 from consumer.core.windows.session.session_set import SessionSet
 from consumer.core.windows.session.spans import (
     END,
     EVENT_MS,
+    FRONTIER,
+    KEPT,
     ROW_FRONTIER,
     SID,
+    SessionClock,
     SessionSpec,
     SidAllocator,
     per_message,
@@ -54,27 +59,31 @@ log = logging.getLogger(__name__)
 # early revisions instead, so that nothing is left to replay (the metadata of an offset
 # commit is limited: offset.metadata.max.bytes, 4096 bytes by default).
 MAX_LISTED_KEYS = 48
+# An open session its rows' partitions have closed through already (late: revise).
+_DUE_NOW = pl.col(END) <= pl.col(FRONTIER)
 
 
 class SessionWindowEngine:
     def __init__(self, plan: AggregationPlan, spec: SessionSpec, *, event_time: bool,
                  time_dtype: pl.DataType | None, allowed_lateness_ms: int,
-                 idle_timeout_ms: int) -> None:
+                 idle_timeout_ms: int, revise_within_ms: int | None = None) -> None:
+        """``revise_within_ms``: keep emitted sessions this long past their end (against
+        the watermark) and revise them with late rows (None: late rows are late)."""
         if event_time and (plan.time_column is None or time_dtype is None):
             raise ValueError("event-time sessions need the plan's time column and its dtype")
-        self._plan = plan
         self._spec = spec
         self._keys = list(plan.keys)
-        self._event_time = event_time
-        self._time_dtype = time_dtype
+        self._clock = SessionClock(plan.time_column if event_time else None, time_dtype)
         self._aggregator = PartialAggregator(plan, (SID,))
         self._sids = SidAllocator()
         buffer = ValueBuffer.for_plan(plan, (SID,))
         self._values = None if buffer is None else SessionValues(buffer)
         self._open = SessionSet(self._aggregator, self._keys, spec, self._sids, self._values)
         self._output = SessionOutput(self._aggregator, self._keys, self._values,
-                                     revising=False)
-        self._late = LateRows(self._open, self._keys, spec)  # closed-through, listed keys
+                                     revising=revise_within_ms is not None)
+        self._late: LatePolicy = LateRows(self._open, self._keys, spec) \
+            if revise_within_ms is None else RevisingRows(self._open, self._keys, spec,
+                                                           revise_within_ms)
         self._offsets = OffsetTracker()
         self._watermarks = WatermarkTracker(
             allowed_lateness_ms=allowed_lateness_ms, idle_timeout_ms=idle_timeout_ms)
@@ -105,6 +114,7 @@ class SessionWindowEngine:
         if metadata is None:
             return
         progress.restored_max_ms = metadata.max_event_ms
+        self._late.restore(metadata.kept_sessions)
         # Rows from `waiting` on were consumed but never taken into a session: new again.
         until = metadata.position if metadata.waiting is None else min(
             metadata.position, metadata.waiting)
@@ -164,13 +174,14 @@ class SessionWindowEngine:
         rows of earlier polls held during a replay (named by ``ORIGIN_*``)."""
         seq = self._seq
         self._seq += 1
-        times = [self._times(ref, now_ms) for ref in refs]
+        times = [self._clock.times(ref, now_ms) for ref in refs]
         for ref, (_, last_ms) in zip(refs, times, strict=True):
             self._offsets.record(ref.partition, ref.offset, NO_WINDOW)
             self._polls.record(seq, ref.partition, ref.offset)
             self._watermarks.observe(ref.partition, last_ms, now_ms,
                                      replayed=self._replayed(ref))
-        rows = self._rows(frame, refs, [t for t, _ in times])
+        frontiers = [self._frontier(r.partition) for r in refs]
+        rows = self._clock.rows(frame, refs, [t for t, _ in times], frontiers)
         if self._replay is not None:
             replayed = per_message("replayed", [r.rows for r in refs],
                                    [int(self._replayed(r)) for r in refs]).cast(pl.Boolean)
@@ -184,31 +195,6 @@ class SessionWindowEngine:
         if late is not None:
             self._unreported.append((late, seq, {}))
         return self._report()
-
-    def _times(self, ref: MessageRef, now_ms: int) -> tuple[int | None, int | None]:
-        if self._event_time:
-            return ref.min_event_ms, ref.max_event_ms
-        stamp = ref.timestamp_ms if ref.timestamp_ms is not None and ref.timestamp_ms >= 0 \
-            else now_ms
-        return stamp, stamp
-
-    def _rows(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
-              firsts: list[int | None]) -> pl.DataFrame:
-        """``frame`` with each row's time, message index and partition frontier."""
-        counts = [r.rows for r in refs]
-        if self._event_time:
-            assert self._plan.time_column is not None  # noqa: S101 - checked in __init__
-            assert self._time_dtype is not None  # noqa: S101
-            event: pl.Expr | pl.Series = to_epoch_ms(
-                self._plan.time_column, self._time_dtype).alias(EVENT_MS)
-        else:
-            event = per_message(EVENT_MS, counts, firsts)
-        frontiers = [self._frontier(r.partition) for r in refs]
-        return frame.with_columns(
-            event,
-            per_message(MESSAGE_INDEX, counts, list(range(len(refs)))),
-            per_message(ROW_FRONTIER, counts, [NO_WINDOW if f is None else f for f in frontiers]),
-        )
 
     def _frontier(self, partition: PartitionKey) -> int | None:
         progress = self._progress.get(partition)
@@ -254,8 +240,7 @@ class SessionWindowEngine:
         log.info("session replay over: %d replayed rows were in emitted sessions (skipped), "
                  "%d open sessions rebuilt, %d polls of new rows waited", skipped,
                  still_open.height, len(replay.held))
-        self._late.record(emitted)
-        self._open.forget(emitted)
+        still_open = self._late.resolve(emitted, still_open)
         self._open.add(self._open.merge_in(still_open))
         for held in replay.held:
             ours = (EVENT_MS, MESSAGE_INDEX, ROW_FRONTIER)
@@ -278,18 +263,20 @@ class SessionWindowEngine:
             self._end_replay(now_ms)
         watermark = self._watermarks.current(now_ms)
         if watermark.all_idle:
-            due = self._open.pop(pl.lit(value=True))
+            due = self._open.pop(~pl.col(KEPT))
             through = int(due.get_column(END).max()) if due.height else None  # type: ignore[arg-type]
-        elif watermark.value_ms is None:
-            return self._overflow(now_ms)
         else:
-            due = self._open.pop(pl.col(END) <= watermark.value_ms)
+            # Sessions of late rows taken (late: revise) are due at once: their partitions'
+            # frontiers are past them already.
             through = watermark.value_ms
+            passed = _DUE_NOW if through is None else _DUE_NOW | (pl.col(END) <= through)
+            due = self._open.pop(~pl.col(KEPT) & passed)
         closed = self._output.windows(due, final=True)
-        self._late.record(due)
-        self._open.forget(due)
+        self._late.closed(due)
         if through is not None:
             self._advance(through)
+            if not watermark.all_idle:  # event time stands still: kept sessions stay
+                self._late.expire(through)
         self._prune()
         return closed + self._overflow(now_ms)
 
@@ -299,7 +286,9 @@ class SessionWindowEngine:
             progress.frontier = later(progress.frontier, through_ms)
 
     def _overflow(self, now_ms: int) -> list[ClosedWindow]:
-        if self._listed_now(at_most=MAX_LISTED_KEYS) is not None:
+        kept = self._late.retention()
+        named = 0 if kept is None else len(kept.sessions)
+        if self._listed_now(at_most=MAX_LISTED_KEYS - named) is not None:
             return []
         return self.emit_early(now_ms)
 
@@ -308,6 +297,7 @@ class SessionWindowEngine:
         the groups held stay within the budget; all consumed input is then emitted."""
         if self._replay is not None:
             return []  # the rebuilt sessions are not known yet: the replay comes first
+        self._late.forget_kept(self._closed_through)
         emptied = self._open.empty_out()
         early = self._output.windows(emptied, final=False)
         self._open.forget(emptied)
@@ -333,8 +323,14 @@ class SessionWindowEngine:
         return self._late.listing(self._min_seq(), self._closed_through, restored,
                                   at_most=at_most)
 
-    def commit_points(self) -> dict[PartitionKey, CommitPoint]:
+    def commit_points(self) -> dict[PartitionKey, CommitPoint] | None:
+        """None while a session the frontier has passed is not out yet (a late row's,
+        until the next close_due): a replay would take it for an emitted one."""
+        opened = self._open.frame()
+        if opened is not None and opened.filter(~pl.col(KEPT) & _DUE_NOW).height:
+            return None
         listed = self._listed_now() or ()  # bounded by close_due's overflow check
+        kept = self._late.retention()
         held = self._polls.held(self._min_seq())
         untaken = [waiting for _, _, waiting in self._unreported]
         if self._replay is not None:
@@ -349,7 +345,8 @@ class SessionWindowEngine:
                 continue
             offset = min(point.offset, held.get(partition, point.offset))
             points[partition] = CommitPoint(offset, replace(
-                point.metadata, closed=listed, waiting=waiting.get(partition)))
+                point.metadata, closed=listed, waiting=waiting.get(partition),
+                kept_sessions=kept))
         return points
 
     def frontiers(self, now_ms: int) -> dict[PartitionKey, tuple[int | None, bool]]:

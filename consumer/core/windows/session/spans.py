@@ -22,6 +22,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from consumer.core.types import MESSAGE_INDEX, NO_WINDOW, MessageRef
+from consumer.core.windows.bounds import to_epoch_ms
+
 # Per row of a poll: its time, and the frontier of its partition (see the engine).
 EVENT_MS = "__session_event_ms"
 ROW_FRONTIER = "__session_row_frontier"
@@ -117,3 +120,37 @@ def with_runs(rows: pl.DataFrame, keys: Sequence[str], spec: SessionSpec) -> pl.
     in_order = pl.zeros(rows.height, pl.Int64, eager=True).alias(RUN).scatter(
         runs.get_column(_ROW), runs.get_column(RUN))
     return with_bucket.with_columns(in_order)
+
+
+@dataclass(frozen=True)
+class SessionClock:
+    """The time of a poll's rows: event time (``column`` of ``dtype``), or for
+    ``time: processing`` (no column) each message's Kafka timestamp: a replay must give
+    every row the time it had before, and the daemon's clock cannot."""
+
+    column: str | None
+    dtype: pl.DataType | None
+
+    def times(self, ref: MessageRef, now_ms: int) -> tuple[int | None, int | None]:
+        """The first and last time of ``ref``'s rows."""
+        if self.column is not None:
+            return ref.min_event_ms, ref.max_event_ms
+        stamp = ref.timestamp_ms if ref.timestamp_ms is not None and ref.timestamp_ms >= 0 \
+            else now_ms
+        return stamp, stamp
+
+    def rows(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
+             firsts: Sequence[int | None], frontiers: Sequence[int | None]) -> pl.DataFrame:
+        """``frame`` (the rows of ``refs``) with each row's time (``firsts``: each
+        message's first, from ``times``), message index and partition frontier."""
+        counts = [r.rows for r in refs]
+        if self.column is not None:
+            assert self.dtype is not None  # noqa: S101 - event time comes with its type
+            event: pl.Expr | pl.Series = to_epoch_ms(self.column, self.dtype).alias(EVENT_MS)
+        else:
+            event = per_message(EVENT_MS, counts, firsts)
+        return frame.with_columns(
+            event,
+            per_message(MESSAGE_INDEX, counts, list(range(len(refs)))),
+            per_message(ROW_FRONTIER, counts, [NO_WINDOW if f is None else f for f in frontiers]),
+        )

@@ -22,10 +22,12 @@ SORT = ["k", "window_start"]
 
 def session_engine(*, gap_ms: int = 100, max_session_ms: int | None = None,
                    lateness_ms: int = 0, idle_timeout_ms: int = 60_000,
-                   plan: AggregationPlan = EVENT_PLAN) -> SessionWindowEngine:
+                   plan: AggregationPlan = EVENT_PLAN,
+                   revise_within_ms: int | None = None) -> SessionWindowEngine:
     return SessionWindowEngine(plan, SessionSpec(gap_ms, max_session_ms), event_time=True,
                                time_dtype=UTC_MS, allowed_lateness_ms=lateness_ms,
-                               idle_timeout_ms=idle_timeout_ms)
+                               idle_timeout_ms=idle_timeout_ms,
+                               revise_within_ms=revise_within_ms)
 
 
 # The aggregates of EVENT_PLAN, in SQL.
@@ -67,6 +69,13 @@ def feed(engine: SessionWindowEngine, partition: PartitionKey, offset: int,
     return engine.add(frame(rows), [ref(partition, offset, rows)], now_ms)
 
 
+def committable(engine: SessionWindowEngine) -> dict[PartitionKey, CommitPoint]:
+    """The engine's commit points, where a test expects it not to hold them back."""
+    points = engine.commit_points()
+    assert points is not None
+    return points
+
+
 def emitted(windows: Sequence[ClosedWindow], aggregates: str = SUMS) -> pl.DataFrame:
     """Every session row of ``windows``, in the reference's order (``aggregates``: the
     reference's, for the columns of none)."""
@@ -102,6 +111,7 @@ class MiniDaemon:
     max_session_ms: int | None = None
     lateness_ms: int = 0
     plan: AggregationPlan = EVENT_PLAN
+    revise_within_ms: int | None = None
     output: Output = field(default_factory=Output)
     now: int = 0
     crashes: int = 0
@@ -112,7 +122,8 @@ class MiniDaemon:
 
     def _start(self) -> None:
         self.engine = session_engine(gap_ms=self.gap_ms, max_session_ms=self.max_session_ms,
-                                     lateness_ms=self.lateness_ms, plan=self.plan)
+                                     lateness_ms=self.lateness_ms, plan=self.plan,
+                                     revise_within_ms=self.revise_within_ms)
         self._position = {}
         for partition in self.partitions:
             point = self._committed.get(partition)
@@ -149,12 +160,15 @@ class MiniDaemon:
 
     def flush(self, now: int | None = None, *, early: bool = False) -> None:
         """Close what is due (and, ``early``, emit the rest as revisions, as the memory
-        budget does); commit it with the offsets."""
+        budget does); commit it with the offsets, unless the engine holds commits back
+        (then it stays pending, as the pipeline holds it)."""
         self.now = now if now is not None else self.now
         self._pending.windows += self.engine.close_due(self.now)
         if early:
             self._pending.windows += self.engine.emit_early(self.now)
         points = self.engine.commit_points()
+        if points is None:
+            return
         self.output.windows += self._pending.windows
         self.output.late += self._pending.late
         self._committed.update(points)
@@ -172,3 +186,47 @@ class MiniDaemon:
             self.flush()
         self.flush(10**12)
         return self.output
+
+
+# -- a subscriber ---------------------------------------------------------------------------
+
+
+def held_sessions(windows: Sequence[ClosedWindow]) -> pl.DataFrame:
+    """What a subscriber holds after applying ``windows`` in order, as docs/wire-format.md
+    says (written here from that text, not from the engine): each row first removes the
+    sessions of its keys it replaces, which must be held under a lower revision; then a
+    ``delta`` row adds to the session of its keys and window_start, any other row must be
+    new there. Returns the held sessions in the reference's order, without ``replaces``."""
+    held: dict[tuple[object, object], dict[str, object]] = {}
+    for window in windows:
+        for row in window.frame.to_dicts():
+            row["__revision"] = window.revision
+            for start in row.pop("replaces", None) or []:
+                replaced = held.pop((row["k"], start), None)
+                assert replaced is not None, (
+                    f"revision {window.revision} replaces {row['k']}@{start}, not held")
+                assert replaced["__revision"] < window.revision  # type: ignore[operator]
+            at = (row["k"], row["window_start"])
+            if window.kind == "delta" and at in held:
+                before = held[at]
+                row["window_end"] = max(before["window_end"], row["window_end"])  # type: ignore[type-var]
+                for column in ("v_sum", "n_count", "row_count"):
+                    row[column] = before[column] + row[column]  # type: ignore[operator]
+                row["v_max"] = max(before["v_max"], row["v_max"])  # type: ignore[type-var]
+            else:
+                assert at not in held, f"{at} emitted twice (revision {window.revision})"
+            held[at] = row
+    if not held:
+        return emitted([])
+    return pl.DataFrame(list(held.values())).select(emitted([]).columns).cast(
+        emitted([]).schema).sort(SORT, nulls_last=True)
+
+
+def not_late(rows: Sequence[Row], late: Sequence[pl.DataFrame]) -> list[Row]:
+    """``rows`` less the late ones (each late row an input row, taken out once)."""
+    left = list(rows)
+    for frame_ in late:
+        for k, ts, v_sum, n_count, v_max in frame_.select(
+                "k", pl.col("ts").dt.epoch("ms"), "v_sum", "n_count", "v_max").rows():
+            left.remove((k, ts, v_sum, n_count, v_max))
+    return left

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -197,7 +198,7 @@ def held_sessions(windows: Sequence[ClosedWindow]) -> pl.DataFrame:
     sessions of its keys it replaces, which must be held under a lower revision; then a
     ``delta`` row adds to the session of its keys and window_start, any other row must be
     new there. Returns the held sessions in the reference's order, without ``replaces``."""
-    held: dict[tuple[object, object], dict[str, object]] = {}
+    held: dict[tuple[object, object], dict[str, Any]] = {}
     for window in windows:
         for row in window.frame.to_dicts():
             row["__revision"] = window.revision
@@ -205,14 +206,14 @@ def held_sessions(windows: Sequence[ClosedWindow]) -> pl.DataFrame:
                 replaced = held.pop((row["k"], start), None)
                 assert replaced is not None, (
                     f"revision {window.revision} replaces {row['k']}@{start}, not held")
-                assert replaced["__revision"] < window.revision  # type: ignore[operator]
+                assert replaced["__revision"] < window.revision
             at = (row["k"], row["window_start"])
             if window.kind == "delta" and at in held:
                 before = held[at]
-                row["window_end"] = max(before["window_end"], row["window_end"])  # type: ignore[type-var]
+                row["window_end"] = max(before["window_end"], row["window_end"])
                 for column in ("v_sum", "n_count", "row_count"):
-                    row[column] = before[column] + row[column]  # type: ignore[operator]
-                row["v_max"] = max(before["v_max"], row["v_max"])  # type: ignore[type-var]
+                    row[column] = before[column] + row[column]
+                row["v_max"] = max(before["v_max"], row["v_max"])
             else:
                 assert at not in held, f"{at} emitted twice (revision {window.revision})"
             held[at] = row

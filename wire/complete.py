@@ -9,7 +9,9 @@ a window once all of it has arrived; ``consumer.kafka.tail.read_output(complete=
 uses it. With ``window.late: revise`` a closed window can later get update revisions
 (``arrowagg.revision-kind: update``): once all chunks of one are in, its rows replace the
 rows of the same keys in the window's closing revision and the window is handed out
-again, whole, as of that revision: the latest supersedes.
+again, whole, as of that revision: the latest supersedes. Session output
+(``arrowagg.window-kind: session``) goes to ``wire.sessions.SessionTable``, which holds
+the sessions and applies each revision, saying which sessions it replaced.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from wire.output import OutputWindow, WindowEnd
+from wire.sessions import SessionTable
 
 # Windows whose results are kept to apply update revisions to; an update of an older
 # one is handed out as it is (its changed groups only, kind "update").
@@ -52,10 +55,14 @@ class WindowAssembler:
         self._kept: OrderedDict[int, _Whole] = OrderedDict()
         self._max_kept = max_kept_windows
         self._updates: dict[tuple[int, int], dict[int, OutputWindow]] = {}
+        self.sessions = SessionTable()
 
     def add(self, message: OutputWindow | WindowEnd) -> OutputWindow | None:
         """Take one decoded message; return its window when this message completes it
-        (or completes an update revision of it)."""
+        (or completes an update revision of it). Session output: each revision once its
+        chunks are in, applied to ``sessions``."""
+        if isinstance(message, OutputWindow) and message.sessions:
+            return self.sessions.add(message)
         if isinstance(message, OutputWindow) and message.kind == "update":
             return self._update(message)
         if message.start_ms in self._done:

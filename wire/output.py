@@ -159,14 +159,21 @@ def _ndjson_chunks(frame: pl.DataFrame, max_bytes: int) -> list[bytes]:
 
 
 def _json_ready(frame: pl.DataFrame) -> pl.DataFrame:
-    """Timestamps as ISO-8601 UTC strings, the form JSON subscribers expect."""
-    stamps = [
-        pl.col(name).dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
-        if dtype.time_zone is not None
-        else pl.col(name).dt.strftime("%Y-%m-%dT%H:%M:%S%.3f")
-        for name, dtype in frame.schema.items() if isinstance(dtype, pl.Datetime)
-    ]
+    """Timestamps as ISO-8601 UTC strings, the form JSON subscribers expect (lists of
+    them too: a session's ``replaces``)."""
+    stamps = []
+    for name, dtype in frame.schema.items():
+        if isinstance(dtype, pl.Datetime):
+            stamps.append(_iso_text(pl.col(name), dtype))
+        elif isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Datetime):
+            stamps.append(pl.col(name).list.eval(_iso_text(pl.element(), dtype.inner)))
     return frame.with_columns(stamps) if stamps else frame
+
+
+def _iso_text(stamp: pl.Expr, dtype: pl.Datetime) -> pl.Expr:
+    if dtype.time_zone is not None:
+        return stamp.dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+    return stamp.dt.strftime("%Y-%m-%dT%H:%M:%S%.3f")
 
 
 def encode_window_end(end: WindowEnd) -> OutputMessage:
@@ -235,14 +242,14 @@ def decode_output(value: bytes | None, headers: Headers) -> OutputWindow:
 def _revision_kind(found: Mapping[str, str], *, final: bool, revision: int,
                    ) -> tuple[RevisionKind, tuple[str, ...] | None]:
     """The kind header (before it existed: full for a first final, else a delta) and the
-    key columns an update names."""
+    key columns the message names (an update must)."""
     text = found.get(HEADER_REVISION_KIND)
     if text is None:
         return ("full" if final and revision == 0 else "delta"), None
     kind = next((k for k in REVISION_KINDS if k == text), None)
     if kind is None:
         raise OutputFormatError(f"unknown {HEADER_REVISION_KIND} {text!r}")
-    if kind != "update":
+    if kind != "update" and HEADER_KEYS not in found:
         return kind, None
     try:
         keys = json.loads(found[HEADER_KEYS])

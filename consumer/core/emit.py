@@ -69,7 +69,8 @@ class ResultEmitter:
             input_rows=window.input_rows, fmt=routes.output_format,
             compression=routes.compression, max_bytes=routes.max_message_bytes,
             revision=window.revision, final=window.final, kind=window.kind,
-            keys=plan.keys if window.kind == "update" else None, sessions=routes.sessions)
+            keys=plan.keys if window.kind == "update" or routes.sessions else None,
+            sessions=routes.sessions)
         # A session's revision replaces sessions emitted in other messages, under other
         # keys (each message's key is its earliest window_start): one partition keeps them
         # in the order they must be applied in.

@@ -7,8 +7,10 @@ Each row of session output is a session with its own bounds, identified by its k
 or bridged them. docs/wire-format.md ("Session windows") gives the rule this applies:
 remove the replaced sessions; then a ``delta`` row adds to the session of its keys and
 ``window_start`` (kept here as one more row), any other row is that session's whole
-result now. A row whose session already holds one of its revision is a repeat
-(at-least-once output) and is skipped.
+result now, but for what ``delta`` rows hold of it (after a restart the daemon may no
+longer know of a session's early revisions, and sends the rest of it whole). A row
+whose session already holds one of its revision and kind is a repeat (at-least-once
+output) and is skipped.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from wire.output import REPLACES_COLUMN, OutputWindow
 MAX_HELD_SESSIONS = 100_000
 
 _REVISION = "__revision"
+_KIND = "__kind"
 _GONE = "__replaced_start"
 
 
@@ -58,39 +61,31 @@ class SessionTable:
     def apply(self, window: OutputWindow) -> pl.DataFrame:
         """Apply one whole revision; return the rows it took out."""
         keys = list(window.keys or ())
-        rows = window.frame.with_columns(pl.lit(window.revision, pl.Int64).alias(_REVISION))
+        rows = window.frame.with_columns(pl.lit(window.revision, pl.Int64).alias(_REVISION),
+                                         pl.lit(window.kind).alias(_KIND))
         if self._held is None or self._held.height == 0:
             self._store(rows)
-            return rows.clear().drop(_REVISION)
-        rows = self._without_repeats(rows, keys)
-        gone = self._gone(rows, keys, whole=window.kind != "delta")
-        held = self._held.join(gone, on=[*keys, "window_start"], how="anti", nulls_equal=True)
-        replaced = self._held.join(gone, on=[*keys, "window_start"], how="semi",
-                                   nulls_equal=True)
-        self._held = held
+            return rows.clear().drop(_REVISION, _KIND)
+        on = [*keys, "window_start"]
+        rows = rows.join(self._held.select(*on, _REVISION, _KIND), on=[*on, _REVISION, _KIND],
+                         how="anti", nulls_equal=True, maintain_order="left")  # repeats
+        gone = self._held.join(self._replaced(rows, keys), on=on, how="semi", nulls_equal=True)
+        if window.kind != "delta":  # whole: it replaces its own session, bar the deltas
+            gone = pl.concat([gone, self._held.filter(pl.col(_KIND) != "delta").join(
+                rows.select(on), on=on, how="semi", nulls_equal=True)]).unique()
+        self._held = self._held.join(gone.select(*on, _REVISION, _KIND),
+                                     on=[*on, _REVISION, _KIND], how="anti", nulls_equal=True)
         self._store(rows)
-        return replaced.drop(_REVISION)
-
-    def _without_repeats(self, rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-        assert self._held is not None  # noqa: S101 - called with sessions held
-        on = [*keys, "window_start", _REVISION]
-        return rows.join(self._held.select(on), on=on, how="anti", nulls_equal=True,
-                         maintain_order="left")
+        return gone.drop(_REVISION, _KIND)
 
     @staticmethod
-    def _gone(rows: pl.DataFrame, keys: list[str], *, whole: bool) -> pl.DataFrame:
-        """(keys, window_start) of the sessions ``rows`` take out: those they replace,
-        and, but for deltas, their own (a row gives its session whole)."""
-        parts = []
-        if REPLACES_COLUMN in rows.columns:
-            named = rows.select(*keys, pl.col(REPLACES_COLUMN).alias(_GONE)).explode(_GONE)
-            parts.append(named.drop_nulls(_GONE).select(
-                *keys, pl.col(_GONE).cast(rows.schema["window_start"]).alias("window_start")))
-        if whole:
-            parts.append(rows.select(*keys, "window_start"))
-        if not parts:
+    def _replaced(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+        """(keys, window_start) of the sessions ``rows`` name as replaced."""
+        if REPLACES_COLUMN not in rows.columns:
             return rows.select(*keys, "window_start").clear()
-        return pl.concat(parts, how="vertical_relaxed").unique()
+        named = rows.select(*keys, pl.col(REPLACES_COLUMN).alias(_GONE)).explode(_GONE)
+        return named.drop_nulls(_GONE).select(
+            *keys, pl.col(_GONE).cast(rows.schema["window_start"]).alias("window_start"))
 
     def _store(self, rows: pl.DataFrame) -> None:
         held = rows if self._held is None else pl.concat([self._held, rows],
@@ -103,4 +98,4 @@ class SessionTable:
         """Every session held, its rows as the output gave them."""
         if self._held is None:
             return pl.DataFrame()
-        return self._held.drop(_REVISION)
+        return self._held.drop(_REVISION, _KIND)

@@ -111,15 +111,6 @@ def _buffered_aggregates(settings: Settings) -> str:
     return ", ".join([*buffered, *aggregation.expressions])
 
 
-def _session_problems(settings: Settings) -> Iterator[Problem]:
-    """What session windows cannot do yet."""
-    if settings.window.kind != "session":
-        return
-    if settings.window.late == "revise":
-        yield (("window", "late"), ("session windows do not revise emitted sessions yet "
-               "(a late row can bridge two of them); use topic or drop"))
-
-
 def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
     scale_out = settings.scale_out
     if scale_out is None:
@@ -202,7 +193,7 @@ class _Collected(logging.Handler):
 def cross_key_problems(settings: Settings) -> list[Problem]:
     """What the one-key-at-a-time validation cannot see."""
     return [*_window_key_problems(settings.window), *_revision_problems(settings.window),
-            *_topic_problems(settings), *_session_problems(settings),
+            *_topic_problems(settings),
             *_scale_out_problems(settings), *_librdkafka_problems(settings.kafka)]
 
 

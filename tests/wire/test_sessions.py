@@ -102,3 +102,17 @@ def test_the_assembler_hands_session_output_to_its_table() -> None:
     assert whole is not None
     assert whole.sessions
     assert_frame_equal(assembler.sessions.sessions(), message.frame)
+
+
+def test_a_whole_row_after_deltas_of_its_session_adds_to_them() -> None:
+    # A restart can lose a session's early revisions; the rest of it then goes out whole,
+    # maybe under the same window_start: the deltas stay.
+    table = SessionTable()
+    for message in decoded(sessions(("a", 0, 100, 2, [])), revision=0, kind="delta"):
+        table.add(message)
+    for message in decoded(sessions(("a", 0, 150, 3, [])), revision=0, kind="full"):
+        table.add(message)
+    assert held(table) == [("a", 0, 2), ("a", 0, 3)]
+    for message in decoded(sessions(("a", 0, 150, 4, [])), revision=1, kind="full"):
+        table.add(message)
+    assert held(table) == [("a", 0, 2), ("a", 0, 4)], "a whole row replaces a whole row"

@@ -196,8 +196,8 @@ def held_sessions(windows: Sequence[ClosedWindow]) -> pl.DataFrame:
     """What a subscriber holds after applying ``windows`` in order, as docs/wire-format.md
     says (written here from that text, not from the engine): each row first removes the
     sessions of its keys it replaces, which must be held under a lower revision; then a
-    ``delta`` row adds to the session of its keys and window_start, any other row must be
-    new there. Returns the held sessions in the reference's order, without ``replaces``."""
+    ``delta`` row adds to the session of its keys and window_start, and so does any row
+    to a session held from deltas; any other row must be new there. Returns the held sessions in the reference's order, without ``replaces``."""
     held: dict[tuple[object, object], dict[str, Any]] = {}
     for window in windows:
         for row in window.frame.to_dicts():
@@ -208,7 +208,8 @@ def held_sessions(windows: Sequence[ClosedWindow]) -> pl.DataFrame:
                     f"revision {window.revision} replaces {row['k']}@{start}, not held")
                 assert replaced["__revision"] < window.revision
             at = (row["k"], row["window_start"])
-            if window.kind == "delta" and at in held:
+            row["__delta"] = window.kind == "delta"
+            if at in held and (window.kind == "delta" or held[at]["__delta"]):
                 before = held[at]
                 row["window_end"] = max(before["window_end"], row["window_end"])
                 for column in ("v_sum", "n_count", "row_count"):

@@ -197,7 +197,8 @@ def held_sessions(windows: Sequence[ClosedWindow]) -> pl.DataFrame:
     says (written here from that text, not from the engine): each row first removes the
     sessions of its keys it replaces, which must be held under a lower revision; then a
     ``delta`` row adds to the session of its keys and window_start, and so does any row
-    to a session held from deltas; any other row must be new there. Returns the held sessions in the reference's order, without ``replaces``."""
+    to a session held from deltas; any other row must be new there. Returns the held
+    sessions in the reference's order, without ``replaces``."""
     held: dict[tuple[object, object], dict[str, Any]] = {}
     for window in windows:
         for row in window.frame.to_dicts():

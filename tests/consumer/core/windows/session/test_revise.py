@@ -12,7 +12,7 @@ from polars.testing import assert_frame_equal
 
 from consumer.core.plan import AggregationPlan
 from consumer.core.types import ClosedWindow, PartitionKey
-from tests.consumer.core.windows.helpers import P0, P1, Row, frame
+from tests.consumer.core.windows.helpers import EVENT_PLAN, P0, P1, Row, frame
 from tests.consumer.core.windows.session.harness import (
     Message,
     MiniDaemon,
@@ -102,9 +102,8 @@ class Scene:
     """One partition's messages through a revising engine, one poll each."""
 
     def __init__(self, *, gap_ms: int = 100, within_ms: int = 1_000,
-                 plan: AggregationPlan | None = None) -> None:
-        self.engine = session_engine(gap_ms=gap_ms, revise_within_ms=within_ms,
-                                     **({} if plan is None else {"plan": plan}))
+                 plan: AggregationPlan = EVENT_PLAN) -> None:
+        self.engine = session_engine(gap_ms=gap_ms, revise_within_ms=within_ms, plan=plan)
         self.engine.assign(P0, None, None, now_ms=0)
         self.offset = 0
         self.rows: list[Row] = []

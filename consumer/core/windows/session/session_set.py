@@ -115,9 +115,15 @@ class SessionSet:
     def merge_in(self, runs: pl.DataFrame) -> pl.DataFrame:
         """Merge ``runs`` into the sessions they touch (and, through those, into each
         other); return the runs that touched none, which the caller adds or rejects."""
-        if self._open is None or self._open.height == 0:
+        if self._open is None or self._open.height == 0 or runs.height == 0:
             return runs
-        touched = self._open if not self._keys else self._open.join(
+        # Only sessions within reach of the runs' times can touch one: a cheap cut before
+        # the join on keys (kept sessions, late: revise, lie mostly behind the runs).
+        gap = self._spec.gap_ms
+        near = self._open.filter(
+            (pl.col(LAST) + gap > runs.get_column(FIRST).min())
+            & (pl.col(FIRST) < runs.get_column(LAST).max() + gap))  # type: ignore[operator]
+        touched = near if not self._keys else near.join(
             runs.select(self._keys).unique(), on=self._keys, how="semi", nulls_equal=True)
         if touched.height == 0:
             return runs

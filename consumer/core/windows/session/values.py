@@ -6,9 +6,9 @@ sessions that meet become one with a fresh id (spans.py, session_set.py), and th
 happens nearly every poll while a session runs. Rewriting the buffered rows' ids at each
 merge would cost O(values) a poll, so each buffered row keeps the id of the run it came
 in with (its *member* id), and a small table maps member ids to the session holding them
-now: a merge rewrites that table, O(runs held). Reading a session's values joins the
-two, and takes the chance to rename the rows to their sessions, so the table shrinks
-back to one member a session.
+now: a merge rewrites that table, O(runs held). Reading or dropping sessions' values
+filters the rows by their members' ids; once the table holds many members a session,
+the rows are renamed to their sessions' ids and it is one member a session again.
 
 Memory is O(rows x buffered columns) of the sessions held (open, and kept for revisions
 with ``window.late: revise``), counted for the memory budget like a time window's.
@@ -23,6 +23,8 @@ from consumer.core.windows.session.spans import SID
 
 MEMBER = "__session_member"
 _OLD = "__session_old_sid"
+# Past this many member ids a session on average, the rows are renamed (an O(values) join).
+_MEMBERS_A_SESSION = 8
 
 
 class SessionValues:
@@ -61,28 +63,34 @@ class SessionValues:
         as ``ValueBuffer.attach`` takes them; they stay buffered."""
         if not self._rows:
             return []
-        return [self._renamed().filter(pl.col(SID).is_in(sids.implode()))]
+        members = self._members.filter(pl.col(SID).is_in(sids.implode()))
+        mine = self._all().filter(pl.col(MEMBER).is_in(members.get_column(MEMBER).implode()))
+        return [mine.join(members, on=MEMBER).select(SID, *self._buffer.columns)]
 
     def drop(self, sids: pl.Series) -> None:
         """Forget the buffered rows of the sessions ``sids``."""
         if not self._rows:
             return
-        kept = self._renamed().filter(~pl.col(SID).is_in(sids.implode()))
-        self._store(kept)
+        gone = pl.col(SID).is_in(sids.implode())
+        members = self._members.filter(gone).get_column(MEMBER)
+        self._rows = [self._all().filter(~pl.col(MEMBER).is_in(members.implode()))]
+        self._members = self._members.filter(~gone)
+        if self._members.height > _MEMBERS_A_SESSION * self._members.get_column(SID).n_unique():
+            self._rename()
 
-    def _renamed(self) -> pl.DataFrame:
-        """Every buffered row under its session's id, stored so from now on (one member
-        a session): the price of a read is paid once, not again at the next."""
-        rows = pl.concat(self._rows, how="vertical_relaxed") if len(self._rows) > 1 \
-            else self._rows[0]
-        renamed = rows.join(self._members, on=MEMBER, how="inner").select(
-            SID, *self._buffer.columns)
-        self._store(renamed)
-        return renamed
+    def _all(self) -> pl.DataFrame:
+        """Every buffered row, in one frame from now on (a read filters them all)."""
+        if len(self._rows) > 1:
+            self._rows = [pl.concat(self._rows, how="vertical_relaxed")]
+        return self._rows[0]
 
-    def _store(self, rows: pl.DataFrame) -> None:
-        self._rows = [rows.rename({SID: MEMBER})] if rows.height else []
-        self._members = rows.select(pl.col(SID).unique()).with_columns(
+    def _rename(self) -> None:
+        """Give every buffered row its session's id, so the member table is one row a
+        session again: it grows by a row per run a session takes in."""
+        renamed = self._all().join(self._members, on=MEMBER).select(
+            pl.col(SID).alias(MEMBER), *self._buffer.columns)
+        self._rows = [renamed]
+        self._members = self._members.select(pl.col(SID).unique()).with_columns(
             pl.col(SID).alias(MEMBER)).select(MEMBER, SID)
 
     def count(self) -> int:

@@ -192,13 +192,14 @@ class MiniDaemon:
 # -- a subscriber ---------------------------------------------------------------------------
 
 
-def held_sessions(windows: Sequence[ClosedWindow]) -> pl.DataFrame:
+def held_sessions(windows: Sequence[ClosedWindow], aggregates: str = SUMS) -> pl.DataFrame:
     """What a subscriber holds after applying ``windows`` in order, as docs/wire-format.md
     says (written here from that text, not from the engine): each row first removes the
     sessions of its keys it replaces, which must be held under a lower revision; then a
     ``delta`` row adds to the session of its keys and window_start, and so does any row
     to a session held from deltas; any other row must be new there. Returns the held
-    sessions in the reference's order, without ``replaces``."""
+    sessions in the reference's order, without ``replaces`` (``aggregates``: the
+    reference's, for the columns; only deltas of EVENT_PLAN's sums add up)."""
     held: dict[tuple[object, object], dict[str, Any]] = {}
     for window in windows:
         for row in window.frame.to_dicts():
@@ -219,10 +220,11 @@ def held_sessions(windows: Sequence[ClosedWindow]) -> pl.DataFrame:
             else:
                 assert at not in held, f"{at} emitted twice (revision {window.revision})"
             held[at] = row
+    empty = emitted([], aggregates)
     if not held:
-        return emitted([])
-    return pl.DataFrame(list(held.values())).select(emitted([]).columns).cast(
-        emitted([]).schema).sort(SORT, nulls_last=True)
+        return empty
+    return pl.DataFrame(list(held.values())).select(empty.columns).cast(empty.schema).sort(
+        SORT, nulls_last=True)
 
 
 def not_late(rows: Sequence[Row], late: Sequence[pl.DataFrame]) -> list[Row]:

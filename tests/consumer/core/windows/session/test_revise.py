@@ -43,8 +43,9 @@ def cut(rows: list[Row], sizes: list[int]) -> list[Message]:
 
 
 def run(partitions: dict[PartitionKey, list[Message]],
-        steps: list[tuple[list[PartitionKey], str]], gap_ms: int, within_ms: int) -> Output:
-    daemon = MiniDaemon(partitions, gap_ms=gap_ms, revise_within_ms=within_ms)
+        steps: list[tuple[list[PartitionKey], str]], gap_ms: int, within_ms: int,
+        plan: AggregationPlan = EVENT_PLAN) -> Output:
+    daemon = MiniDaemon(partitions, gap_ms=gap_ms, revise_within_ms=within_ms, plan=plan)
     for order, action in steps:
         daemon.poll(order)
         if "flush" in action:
@@ -67,6 +68,23 @@ def test_a_subscriber_applying_every_revision_holds_the_sessions_of_the_rows_not
                  within_ms)
     kept = not_late([*rows0, *rows1], output.late)
     assert_frame_equal(held_sessions(output.windows), session_reference(kept, gap_ms))
+
+
+@given(rows0=st.lists(rows_st, max_size=14), rows1=st.lists(rows_st, max_size=14),
+       sizes=st.lists(st.integers(1, 4), min_size=6, max_size=6),
+       steps=st.lists(st.tuples(st.lists(st.sampled_from([P0, P1]), min_size=1, max_size=3),
+                                st.sampled_from(actions)), max_size=14),
+       gap_ms=gaps, within_ms=withins)
+def test_revisions_of_buffered_aggregates_hold_duckdbs_over_all_of_a_sessions_rows(
+    *, rows0: list[Row], rows1: list[Row], sizes: list[int],
+    steps: list[tuple[list[PartitionKey], str]], gap_ms: int, within_ms: int,
+) -> None:
+    output = run({P0: cut(rows0, sizes), P1: cut(rows1, sizes[::-1])}, steps, gap_ms,
+                 within_ms, HOLISTIC_PLAN)
+    kept = not_late([*rows0, *rows1], output.late)
+    assert_frame_equal(held_sessions(output.windows, HOLISTIC_SQL),
+                       session_reference(kept, gap_ms, aggregates=HOLISTIC_SQL),
+                       check_exact=False, rel_tol=1e-12)
 
 
 @given(rows0=st.lists(rows_st, max_size=14), rows1=st.lists(rows_st, max_size=14),

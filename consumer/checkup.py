@@ -108,6 +108,12 @@ def _late_words(window: WindowSettings, late_topic: str | None) -> str:
         return "Rows for a window already closed are late: counted and dropped (late: drop)."
     if window.late == "topic" or window.revision_lateness_ms is None:
         return f"Rows for a window already closed are late: {late}."
+    if window.kind == "session":
+        return (f"An emitted session is kept until the watermark is revision_lateness_ms "
+                f"({_duration(window.revision_lateness_ms)}) past its end: a late row within "
+                "that extends it, or bridges two, and the merged session goes out again as "
+                "a revision that names the sessions it replaces (arrowagg.revision-kind: "
+                f"update, column replaces). Rows later than that are late: {late}.")
     return (f"A closed window is kept until the watermark is revision_lateness_ms "
             f"({_duration(window.revision_lateness_ms)}) past its end: a late row within that "
             "is merged into it, and at the next commit the groups it changed go out again "

@@ -37,6 +37,7 @@ from consumer.kafka.processor import StreamProcessor
 from consumer.kafka.sink import AtLeastOnceSink, OutputSink, TransactionalSink
 from consumer.service.observer import NullObserver, ProcessorObserver
 from wire.input import DecodeLimits
+from wire.output import REPLACES_COLUMN
 
 
 def build_pipeline(settings: Settings) -> Pipeline:
@@ -53,7 +54,8 @@ def build_pipeline(settings: Settings) -> Pipeline:
                     dlq_topic=output.dlq_topic, output_format=output.format,
                     compression=output.compression, max_message_bytes=output.max_message_bytes,
                     drop_late=settings.window.late == "drop",
-                    revision_column=settings.window.late == "revise")
+                    revision_column=settings.window.late == "revise",
+                    sessions=settings.window.kind == "session")
     scale_out = settings.scale_out
     emitter = None if scale_out is None else PartialEmitter(
         scale_out.repartition_topic, scale_out.partitions,
@@ -113,7 +115,14 @@ def plan_for(settings: Settings, schema: pa.Schema) -> AggregationPlan:
     return derive_plan(schema, time_column=column if event_time else None,
                        keys=aggregation.keys, overrides=overrides, unused=unused,
                        expressions=aggregation.expressions,
-                       reserved=(REVISION,) if window.late == "revise" else ())
+                       reserved=_reserved(settings))
+
+
+def _reserved(settings: Settings) -> tuple[str, ...]:
+    """Result columns of the daemon's own that an input column must not be named."""
+    if settings.window.late != "revise":
+        return ()
+    return (REVISION, REPLACES_COLUMN) if settings.window.kind == "session" else (REVISION,)
 
 
 def build_engine(settings: Settings, plan: AggregationPlan,
@@ -130,7 +139,8 @@ def build_engine(settings: Settings, plan: AggregationPlan,
             plan, SessionSpec(window.gap_ms, window.max_session_ms),
             event_time=window.time == "event", time_dtype=time_dtype,
             allowed_lateness_ms=window.allowed_lateness_ms,
-            idle_timeout_ms=window.idle_timeout_ms)
+            idle_timeout_ms=window.idle_timeout_ms,
+            revise_within_ms=window.revision_lateness_ms if window.late == "revise" else None)
     assert window.size_ms is not None  # noqa: S101 - checked by the config model
     return TimeWindowEngine(
         plan, WindowSpec(window.size_ms, window.step_ms or window.size_ms),

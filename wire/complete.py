@@ -11,9 +11,11 @@ uses it. With ``window.late: revise`` a closed window can later get update revis
 rows of the same keys in the window's closing revision and the window is handed out
 again, whole, as of that revision: the latest supersedes. Provisional revisions (early
 results: ``final: false`` updates of a window still open) are left out: the window's
-closing revision is the whole of it. With the scale-out each part
-numbers its revisions on its own (its keys are its own): an update is a repeat when its
-part has had that revision or a later one.
+closing revision is the whole of it. With the scale-out each part numbers its revisions
+on its own (its keys are its own): an update is a repeat when its part has had that
+revision or a later one. Session output (``arrowagg.window-kind: session``) goes to
+``wire.sessions.SessionTable``, which holds the sessions and applies each revision,
+saying which sessions it replaced.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from wire.output import OutputWindow, WindowEnd
+from wire.sessions import SessionTable
 
 # Windows whose results are kept to apply update revisions to; an update of an older
 # one is handed out as it is (its changed groups only, kind "update").
@@ -57,10 +60,14 @@ class WindowAssembler:
         self._kept: OrderedDict[int, _Whole] = OrderedDict()
         self._max_kept = max_kept_windows
         self._updates: dict[tuple[int, int | None, int], dict[int, OutputWindow]] = {}
+        self.sessions = SessionTable()
 
     def add(self, message: OutputWindow | WindowEnd) -> OutputWindow | None:
         """Take one decoded message; return its window when this message completes it
-        (or completes an update revision of it)."""
+        (or completes an update revision of it). Session output: each revision once its
+        chunks are in, applied to ``sessions``."""
+        if isinstance(message, OutputWindow) and message.sessions:
+            return self.sessions.add(message)
         if isinstance(message, OutputWindow) and message.kind == "update":
             # A provisional revision (early results) of a window still open says nothing
             # about the whole window: its closing revision does.

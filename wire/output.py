@@ -41,6 +41,11 @@ HEADER_PART = "arrowagg.part"
 HEADER_END_OF_WINDOW = "arrowagg.end-of-window"
 HEADER_PART_ROWS = "arrowagg.part-rows"
 HEADER_PART_MESSAGES = "arrowagg.part-messages"
+# Session windows: every row carries its own session's bounds (``session``); with
+# window.late: revise a row also lists, in REPLACES_COLUMN, the window_start of the
+# emitted sessions of its keys it replaces.
+HEADER_WINDOW_KIND = "arrowagg.window-kind"
+REPLACES_COLUMN = "replaces"
 
 OutputFormat = Literal["arrow", "json"]
 # What a revision is to the ones before it: ``full``, the window's whole results;
@@ -77,6 +82,10 @@ class OutputWindow:
     part: tuple[int, int] | None = None  # (k, n): scale-out's part k of n, 1-based
     kind: RevisionKind = "full"
     keys: tuple[str, ...] | None = None  # the group-key columns (update revisions)
+    sessions: bool = False  # session windows: each row has its own bounds
+    # Given by wire.complete (complete=True) for session output only: the sessions this
+    # revision replaced, as the subscriber held them.
+    replaced: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -96,12 +105,13 @@ def encode_window(
     frame: pl.DataFrame, *, start_ms: int, end_ms: int, input_rows: int, fmt: OutputFormat,
     compression: Compression, max_bytes: int, revision: int = 0, final: bool = True,
     part: tuple[int, int] | None = None, kind: RevisionKind = "full",
-    keys: Sequence[str] | None = None,
+    keys: Sequence[str] | None = None, sessions: bool = False,
 ) -> list[OutputMessage]:
     """Encode one window's result ``frame`` (window_start, window_end, keys, aggregates,
     row_count) into one or more messages of at most ``max_bytes``; ``input_rows`` is the
     number of input rows it aggregates. ``keys``: the group-key columns, said in a header
-    (update revisions need them to be applied)."""
+    (update revisions need them to be applied). ``sessions``: the rows are sessions, each
+    with its own bounds (said in a header)."""
     if fmt == "arrow":
         # One chunk: a streaming group_by leaves a result in many, and each chunk of a
         # categorical column would carry (and compress) a dictionary of its own.
@@ -122,6 +132,8 @@ def encode_window(
     ]
     if keys is not None:
         base.append((HEADER_KEYS, json.dumps(list(keys)).encode()))  # ASCII: \u escapes
+    if sessions:
+        base.append((HEADER_WINDOW_KIND, b"session"))
     if part is not None:
         base.append((HEADER_PART, f"{part[0]}/{part[1]}".encode()))
     key = str(start_ms).encode()
@@ -147,14 +159,21 @@ def _ndjson_chunks(frame: pl.DataFrame, max_bytes: int) -> list[bytes]:
 
 
 def _json_ready(frame: pl.DataFrame) -> pl.DataFrame:
-    """Timestamps as ISO-8601 UTC strings, the form JSON subscribers expect."""
-    stamps = [
-        pl.col(name).dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
-        if dtype.time_zone is not None
-        else pl.col(name).dt.strftime("%Y-%m-%dT%H:%M:%S%.3f")
-        for name, dtype in frame.schema.items() if isinstance(dtype, pl.Datetime)
-    ]
+    """Timestamps as ISO-8601 UTC strings, the form JSON subscribers expect (lists of
+    them too: a session's ``replaces``)."""
+    stamps = []
+    for name, dtype in frame.schema.items():
+        if isinstance(dtype, pl.Datetime):
+            stamps.append(_iso_text(pl.col(name), dtype))
+        elif isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Datetime):
+            stamps.append(pl.col(name).list.eval(_iso_text(pl.element(), dtype.inner)))
     return frame.with_columns(stamps) if stamps else frame
+
+
+def _iso_text(stamp: pl.Expr, dtype: pl.Datetime) -> pl.Expr:
+    if dtype.time_zone is not None:
+        return stamp.dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+    return stamp.dt.strftime("%Y-%m-%dT%H:%M:%S%.3f")
 
 
 def encode_window_end(end: WindowEnd) -> OutputMessage:
@@ -216,20 +235,21 @@ def decode_output(value: bytes | None, headers: Headers) -> OutputWindow:
     except (WireFormatError, pl.exceptions.PolarsError) as err:
         detail = " ".join(str(err).split())[:200]
         raise OutputFormatError(f"its value is not a window's results: {detail}") from err
-    return OutputWindow(start, end, *meta, frame=frame, part=part, kind=kind, keys=keys)
+    return OutputWindow(start, end, *meta, frame=frame, part=part, kind=kind, keys=keys,
+                        sessions=found.get(HEADER_WINDOW_KIND) == "session")
 
 
 def _revision_kind(found: Mapping[str, str], *, final: bool, revision: int,
                    ) -> tuple[RevisionKind, tuple[str, ...] | None]:
     """The kind header (before it existed: full for a first final, else a delta) and the
-    key columns an update names."""
+    key columns the message names (an update must)."""
     text = found.get(HEADER_REVISION_KIND)
     if text is None:
         return ("full" if final and revision == 0 else "delta"), None
     kind = next((k for k in REVISION_KINDS if k == text), None)
     if kind is None:
         raise OutputFormatError(f"unknown {HEADER_REVISION_KIND} {text!r}")
-    if kind != "update":
+    if kind != "update" and HEADER_KEYS not in found:
         return kind, None
     try:
         keys = json.loads(found[HEADER_KEYS])

@@ -111,20 +111,6 @@ def _buffered_aggregates(settings: Settings) -> str:
     return ", ".join([*buffered, *aggregation.expressions])
 
 
-def _session_problems(settings: Settings) -> Iterator[Problem]:
-    """Session windows merge partial states when sessions meet; what cannot merge, or
-    would reopen an emitted session, is not built for them yet."""
-    if settings.window.kind != "session":
-        return
-    if settings.window.late == "revise":
-        yield (("window", "late"), ("session windows do not revise emitted sessions yet "
-               "(a late row can bridge two of them); use topic or drop"))
-    if named := _buffered_aggregates(settings):
-        yield (("aggregation",), (f"session windows take only aggregates that merge (sum, "
-               f"min, max, count, mean, first, last) for now; {named} need the session's "
-               "values"))
-
-
 def _early_results_problems(settings: Settings) -> Iterator[Problem]:
     if settings.window.emit_every_ms is not None and settings.window.kind == "session":
         yield (("window", "emit_every_ms"), ("session windows give no early results yet: "
@@ -205,7 +191,7 @@ class _Collected(logging.Handler):
 def cross_key_problems(settings: Settings) -> list[Problem]:
     """What the one-key-at-a-time validation cannot see."""
     return [*_window_key_problems(settings.window), *_revision_problems(settings.window),
-            *_topic_problems(settings), *_session_problems(settings),
+            *_topic_problems(settings),
             *_scale_out_problems(settings), *_early_results_problems(settings),
             *_librdkafka_problems(settings.kafka)]
 

@@ -15,7 +15,7 @@ import polars as pl
 from consumer.core.plan import AggregationPlan
 from consumer.core.types import ClosedWindow, OutputRecord, PartitionKey
 from wire.input import Compression
-from wire.output import OutputFormat, encode_window
+from wire.output import REPLACES_COLUMN, OutputFormat, encode_window
 
 # The result column saying which revision of its window a row is from (window.late:
 # revise), after row_count.
@@ -35,13 +35,18 @@ class OutputSpec:
     max_message_bytes: int = 1_000_000
     drop_late: bool = False  # late rows are counted only (window.late: drop)
     revision_column: bool = False  # results carry their revision (window.late: revise)
+    sessions: bool = False  # session windows: each row a session, with its own bounds
 
 
 def results_frame(window: ClosedWindow, spec: OutputSpec) -> pl.DataFrame:
-    """A window's results as subscribers get them: with its revision, under late: revise."""
+    """A window's results as subscribers get them: with its revision, under late: revise
+    (sessions: then the sessions each row replaces)."""
     if not spec.revision_column:
         return window.frame
-    return window.frame.with_columns(pl.lit(window.revision, pl.Int64).alias(REVISION))
+    frame = window.frame.with_columns(pl.lit(window.revision, pl.Int64).alias(REVISION))
+    if REPLACES_COLUMN in frame.columns:
+        frame = frame.select(pl.exclude(REPLACES_COLUMN), REPLACES_COLUMN)
+    return frame
 
 
 class WindowEmitter(Protocol):
@@ -71,8 +76,14 @@ class ResultEmitter:
             input_rows=window.input_rows, fmt=routes.output_format,
             compression=routes.compression, max_bytes=routes.max_message_bytes,
             revision=window.revision, final=window.final, kind=window.kind,
-            keys=plan.keys if window.kind == "update" else None)
-        return [OutputRecord(routes.output_topic, m.key, m.value, m.headers) for m in messages]
+            keys=plan.keys if window.kind == "update" or routes.sessions else None,
+            sessions=routes.sessions)
+        # A session's revision replaces sessions emitted in other messages, under other
+        # keys (each message's key is its earliest window_start): one partition keeps them
+        # in the order they must be applied in.
+        partition = 0 if routes.sessions and routes.revision_column else None
+        return [OutputRecord(routes.output_topic, m.key, m.value, m.headers, partition)
+                for m in messages]
 
     def progress_records(self, frontiers: Mapping[PartitionKey, tuple[int | None, bool]],  # noqa: ARG002
                          closed: Sequence[ClosedWindow]) -> list[OutputRecord]:  # noqa: ARG002

@@ -57,6 +57,35 @@ class Retention:
 
 
 @dataclass(frozen=True)
+class SessionRetention:
+    """Session windows with ``window.late: revise``: what a replay cannot tell from the
+    input alone (docs/design.md, "Late-data revisions of sessions").
+
+    ``kept_after``: emitted sessions ending after it were kept for revisions (None: all
+    were). ``sessions``: (key hash, session start, last revision) of the kept sessions
+    past revision 0, and of the emitted sessions an open one has taken in (its emission
+    will replace them), so numbering survives a restart and replacements are said."""
+
+    kept_after: int | None
+    sessions: tuple[tuple[int, int, int], ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        return {"kept_after": self.kept_after,
+                "sessions": [list(triple) for triple in self.sessions]}
+
+    @classmethod
+    def from_json(cls, data: object) -> SessionRetention | None:
+        """None when absent or malformed: then nothing was kept (the safe reading)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            triples = tuple((int(h), int(s), int(r)) for h, s, r in data.get("sessions", []))
+            return cls(_opt_int(data["kept_after"]), triples)
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
 class CommitMetadata:
     """Where a partition's commit stands. Session windows only (empty for the others):
     ``closed`` lists (key hash, time) pairs: rows of those keys before that time were
@@ -75,6 +104,7 @@ class CommitMetadata:
     closed: tuple[tuple[int, int], ...] = ()
     waiting: int | None = None
     retention: Retention | None = None
+    kept_sessions: SessionRetention | None = None
     early: tuple[tuple[int, ...], ...] = ()
 
     def encode(self) -> str:
@@ -86,6 +116,8 @@ class CommitMetadata:
             data["waiting"] = self.waiting
         if self.retention is not None:
             data["retained"] = self.retention.as_json()
+        if self.kept_sessions is not None:
+            data["kept_sessions"] = self.kept_sessions.as_json()
         if self.early:
             data["early"] = [list(entry) for entry in self.early]
         return json.dumps(data, separators=(",", ":"))
@@ -103,7 +135,8 @@ class CommitMetadata:
             early = tuple(tuple(int(n) for n in entry) for entry in data.get("early", ()))
             return cls(_opt_int(data["frontier"]), int(data["position"]),
                        _opt_int(data["max_event_ms"]), closed, _opt_int(data.get("waiting")),
-                       Retention.from_json(data.get("retained")), early)
+                       Retention.from_json(data.get("retained")),
+                       SessionRetention.from_json(data.get("kept_sessions")), early)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return None
 

@@ -226,17 +226,23 @@ def read_windows(bootstrap_servers: Source, topic: str, *, idle_timeout_s: float
 
 _KIND_WORDS = {"full": "the whole window", "delta": "rows since the last revision, to add",
                "update": "changed groups, replacing theirs"}
+_SESSION_KIND_WORDS = {**_KIND_WORDS, "full": "whole sessions",
+                       "update": "whole sessions, replacing those they name"}
 
 
 def print_window(window: OutputWindow, out: TextIO, *, max_rows: int = 20) -> None:
     chunk = "" if window.chunk == (1, 1) else f" chunk {window.chunk[0]}/{window.chunk[1]}"
     start = _iso(window.start_ms)
     end = _iso(window.end_ms)
+    words = _SESSION_KIND_WORDS if window.sessions else _KIND_WORDS
     revision = "" if window.revision == 0 and window.kind == "full" else (
-        f", revision {window.revision} ({_KIND_WORDS[window.kind]})")
-    out.write(f"window [{start}, {end}){chunk}: {window.frame.height} groups, "
-              f"{window.window_rows} input rows, {'final' if window.final else 'partial'}"
-              f"{revision}\n")
+        f", revision {window.revision} ({words[window.kind]})")
+    what = "sessions" if window.sessions else "groups"
+    replaced = "" if window.replaced is None or window.replaced.height == 0 else (
+        f"; replacing {window.replaced.height} held session rows")
+    out.write(f"{'sessions' if window.sessions else 'window'} [{start}, {end}){chunk}: "
+              f"{window.frame.height} {what}, {window.window_rows} input rows, "
+              f"{'final' if window.final else 'partial'}{revision}{replaced}\n")
     frame = window.frame
     bounds = [c for c in ("window_start", "window_end") if c in frame.columns]
     if all(frame.get_column(c).n_unique() <= 1 for c in bounds):  # else: sessions, per row
@@ -252,9 +258,16 @@ def window_json(window: OutputWindow) -> str:
     document = {"window_start": _iso(window.start_ms), "window_end": _iso(window.end_ms),
                 "final": window.final, "revision": window.revision, "kind": window.kind,
                 "input_rows": window.window_rows, "chunk": list(window.chunk),
-                "rows": [{k: _finite(v) for k, v in row.items()}
-                         for row in window.frame.to_dicts()]}
+                "rows": _rows(window.frame)}
+    if window.sessions:
+        document["sessions"] = True
+    if window.replaced is not None:
+        document["replaced"] = _rows(window.replaced)
     return json.dumps(document, default=_jsonable, ensure_ascii=False)
+
+
+def _rows(frame: pl.DataFrame) -> list[dict[str, object]]:
+    return [{k: _finite(v) for k, v in row.items()} for row in frame.to_dicts()]
 
 
 def print_dead_letter(letter: DeadLetter, out: TextIO) -> None:

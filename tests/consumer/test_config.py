@@ -558,16 +558,11 @@ def test_quantiles_and_expressions_are_checked_when_loaded() -> None:
     assert "expressions.x: the method 'system' is not allowed" in refused
 
 
-@pytest.mark.parametrize(("extra", "says"), [
-    ({"window": {"late": "revise", "revision_lateness_ms": 5_000}},
-     "window.late: session windows do not revise emitted sessions yet"),
-    ({"aggregation": {"columns": {"latency": "median"}}},
-     "aggregation: session windows take only aggregates that merge"),
-    ({"aggregation": {"expressions": {"p": "pl.col('x').n_unique()"}}},
-     "aggregation: session windows take only aggregates that merge"),
-])
-def test_session_windows_refuse_what_they_cannot_merge(extra: dict[str, Any],
-                                                       says: str) -> None:
-    window = {"kind": "session", "gap_ms": 1_000, "timestamp_column": "ts"}
-    document = minimal(**{**extra, "window": {**window, **extra.get("window", {})}})
-    assert says in config_error(document)
+def test_session_windows_take_every_aggregate_and_revise() -> None:
+    settings = settings_from_dict(minimal(
+        window={"kind": "session", "gap_ms": 1_000, "timestamp_column": "ts",
+                "late": "revise", "revision_lateness_ms": 5_000},
+        aggregation={"columns": {"latency": "median", "bytes": {"quantile": 0.9}},
+                     "expressions": {"p": "pl.col('x').n_unique()"}}))
+    assert settings.window.late == "revise"
+    assert settings.aggregation.expressions == {"p": "pl.col('x').n_unique()"}

@@ -18,6 +18,7 @@ import yaml
 from consumer.cli import main
 from consumer.compose import build_engine, plan_for
 from consumer.config import ConfigError, settings_from_dict
+from consumer.core.plan import PlanError
 from consumer.core.windows.session.engine import SessionWindowEngine
 from consumer.kafka.tail import print_window
 from tests.conftest import REPO
@@ -128,3 +129,41 @@ def test_tail_shows_each_sessions_own_bounds() -> None:
         shown.append(out.getvalue())
     assert "00:00:01.400" in shown[0]  # each session's end, in its row
     assert "window_start" not in shown[1]  # one window: its bounds are in the heading
+
+
+def test_revising_sessions_keep_replaces_for_themselves_and_say_so_in_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    window = {"kind": "session", "timestamp_column": "ts", "gap_ms": 1_000, "late": "revise",
+              "revision_lateness_ms": 60_000}
+    settings = settings_from_dict({**document(window), "aggregation": {
+        "columns": {"reading_sum": "median"}}})
+    plan = plan_for(settings, SCHEMA)
+    assert isinstance(build_engine(settings, plan, pl.Datetime("ms", "UTC")),
+                      SessionWindowEngine)
+    taken = pa.schema([*SCHEMA, ("replaces", pa.int64())])
+    with pytest.raises(PlanError, match="column 'replaces' clashes with a result column"):
+        plan_for(settings, taken)
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config["window"] = window
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["check", "--config", str(path)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert ("An emitted session is kept until the watermark is revision_lateness_ms (1 min) "
+            "past its end") in said
+
+
+def test_tail_says_how_many_held_sessions_a_revision_replaced() -> None:
+    utc = pl.Datetime("ms", "UTC")
+    session = pl.DataFrame({"window_start": [1_000], "window_end": [1_400], "site": ["a"],
+                            "row_count": [3]}).with_columns(
+        pl.col("window_start", "window_end").cast(utc))
+    out = io.StringIO()
+    print_window(OutputWindow(1_000, 1_400, final=True, revision=2, window_rows=3,
+                              chunk=(1, 1), frame=session, kind="update", sessions=True,
+                              replaced=pl.concat([session, session])), out)
+    assert out.getvalue().startswith(
+        "sessions [1970-01-01T00:00:01.000Z, 1970-01-01T00:00:01.400Z): 1 sessions, 3 input "
+        "rows, final, revision 2 (whole sessions, replacing those they name); replacing 2 "
+        "held session rows")

@@ -44,8 +44,9 @@ def write_config(path: Path, bootstrap: str, source: str, sink: str, group: str,
                  instance_id: str = "instance-0", guarantee: str = "exactly_once",
                  consumer: dict[str, Any] | None = None, dlq_topic: str | None = None,
                  late_topic: str | None = None, window: dict[str, Any] | None = None,
-                 ) -> Path:
-    """``window``: the window section instead of SIZE_MS tumbling event-time windows."""
+                 aggregation: dict[str, Any] | None = None) -> Path:
+    """``window``: the window section instead of SIZE_MS tumbling event-time windows;
+    ``aggregation``: the aggregation section instead of the plan derived from the schema."""
     routes = {"dlq_topic": dlq_topic, "late_topic": late_topic}
     config = {
         "kafka": {"bootstrap_servers": bootstrap, "group_id": group,
@@ -54,6 +55,7 @@ def write_config(path: Path, bootstrap: str, source: str, sink: str, group: str,
         "output": {"topic": sink, **{k: v for k, v in routes.items() if v}},
         "window": window or {"kind": "tumbling", "time": "event", "timestamp_column": "ts",
                              "size_ms": SIZE_MS, "idle_timeout_ms": IDLE_TIMEOUT_MS},
+        **({"aggregation": aggregation} if aggregation else {}),
         "processing": {"instance_id": instance_id, "guarantee": guarantee,
                        "poll_max_messages": 20, "poll_timeout_ms": 100,
                        "commit_interval_ms": 200},

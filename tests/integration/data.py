@@ -4,12 +4,15 @@ the output read back."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import duckdb
 import polars as pl
 import pyarrow as pa
 
 from consumer.kafka.tail import read_output
+from tests.integration.faults import read_topic
+from wire.input import decode_ipc_stream
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -71,3 +74,25 @@ def output_frame(bootstrap: str, topic: str) -> tuple[pl.DataFrame, list[int]]:
     frame = pl.concat([w.frame for w in windows])
     frame = frame.with_columns(pl.col("window_start").dt.epoch("ms").alias("window_start"))
     return frame, [w.start_ms for w in windows]
+
+
+def late_rows(bootstrap: str, topic: str, partitions: int, *,
+              quiet_s: float = 3.0) -> pl.DataFrame | None:
+    """The rows on the late topic (all committed: read until quiet for ``quiet_s``)."""
+    frames = [pl.DataFrame(decode_ipc_stream(r.value))
+              for r in read_topic(bootstrap, topic, partitions, quiet_s=quiet_s)]
+    return pl.concat(frames) if frames else None
+
+
+def without(tables: Sequence[pa.Table], late: pl.DataFrame | None) -> pa.Table:
+    """The input rows less the late ones (each late row must be an input row, once)."""
+    rows = pl.DataFrame(pa.concat_tables(tables)).drop("ok")
+    if late is None:
+        return rows.to_arrow()
+    late = late.select(rows.columns).cast(rows.schema)  # the plan widened some types
+    numbered = [f.with_columns(pl.int_range(pl.len()).over(rows.columns).alias("__n"))
+                for f in (rows, late)]
+    kept = numbered[0].join(numbered[1], on=[*rows.columns, "__n"], how="anti",
+                            nulls_equal=True)
+    assert kept.height == rows.height - late.height, "a late row was not an input row once"
+    return kept.drop("__n").to_arrow()

@@ -30,9 +30,16 @@ from tests.integration.conftest import (
     wait_for,
 )
 from tests.integration.daemon_runs import start_running_daemon, write_config
-from tests.integration.data import KEYS, T0, make_input, reference, sensor_table
-from tests.integration.faults import read_topic, write_figures
-from wire.input import decode_ipc_stream
+from tests.integration.data import (
+    KEYS,
+    T0,
+    late_rows,
+    make_input,
+    reference,
+    sensor_table,
+    without,
+)
+from tests.integration.faults import write_figures
 from wire.output import OutputWindow, decode_output
 
 pytestmark = pytest.mark.integration
@@ -45,26 +52,6 @@ def revise(size_ms: int, within_ms: int, idle_timeout_ms: int) -> dict[str, obje
     return {"kind": "tumbling", "time": "event", "timestamp_column": "ts", "size_ms": size_ms,
             "allowed_lateness_ms": 0, "idle_timeout_ms": idle_timeout_ms, "late": "revise",
             "revision_lateness_ms": within_ms}
-
-
-def late_rows(bootstrap: str, topic: str, partitions: int) -> pl.DataFrame | None:
-    frames = [pl.DataFrame(decode_ipc_stream(r.value))
-              for r in read_topic(bootstrap, topic, partitions)]
-    return pl.concat(frames) if frames else None
-
-
-def without(tables: Sequence[pa.Table], late: pl.DataFrame | None) -> pa.Table:
-    """The input rows less the late ones (each late row must be an input row, once)."""
-    rows = pl.DataFrame(pa.concat_tables(tables)).drop("ok")
-    if late is None:
-        return rows.to_arrow()
-    late = late.select(rows.columns).cast(rows.schema)  # the plan widened some types
-    numbered = [f.with_columns(pl.int_range(pl.len()).over(rows.columns).alias("__n"))
-                for f in (rows, late)]
-    kept = numbered[0].join(numbered[1], on=[*rows.columns, "__n"], how="anti",
-                            nulls_equal=True)
-    assert kept.height == rows.height - late.height, "a late row was not an input row once"
-    return kept.drop("__n").to_arrow()
 
 
 def latest(messages: Sequence[OutputWindow]) -> pl.DataFrame:

@@ -8,12 +8,8 @@ import random
 import re
 import signal
 import time
-import zlib
 from pathlib import Path
 
-import duckdb
-import polars as pl
-import pyarrow as pa
 import pytest
 import yaml
 from polars.testing import assert_frame_equal
@@ -26,72 +22,16 @@ from tests.integration.conftest import (
     wait_all_committed,
 )
 from tests.integration.daemon_runs import IDLE_TIMEOUT_MS, run_with_faults
-from tests.integration.data import KEYS, T0, output_frame, sensor_table
+from tests.integration.data import KEYS, output_frame
 from tests.integration.faults import write_figures
+from tests.integration.session_data import (
+    GAP_MS,
+    session_input,
+    session_reference,
+    sessions_of,
+)
 
 pytestmark = pytest.mark.integration
-
-GAP_MS = 100
-SITES, SENSORS, ZONES = ["site-0", "site-1", "site-2"], ["ünï", 'b "q"', "c"], ["north", "south"]
-
-
-def active(key: tuple[str, str, str], block: int) -> bool:
-    """Whether ``key`` has rows in ``block``: two blocks in three, so some keys pause
-    for a block (longer than the gap) and their sessions end, others run on."""
-    return zlib.crc32(f"{key}/{block}".encode()) % 3 != 0
-
-
-def session_input(batches_per_producer: int, producers: int, span_ms: int,
-                  ) -> list[tuple[int, pa.Table]]:
-    """Each producer writes its own partition in event-time order; every key lives in
-    every partition, in blocks of four batches (longer than the gap)."""
-    rng = random.Random(17)
-    keys = [(s, n, z) for s in SITES for n in SENSORS for z in ZONES]
-    out = []
-    for batch in range(batches_per_producer):
-        live = [k for k in keys if active(k, batch // 4)] or keys[:1]
-        for producer in range(producers):
-            table = sensor_table(rng, rng.randrange(20, 120), T0 + batch * span_ms, span_ms)
-            picked = [rng.choice(live) for _ in range(table.num_rows)]
-            for i, name in enumerate(KEYS):
-                table = table.set_column(table.schema.get_field_index(name), name,
-                                         pa.array([k[i] for k in picked]))
-            out.append((producer, table))
-    return out
-
-
-def session_reference(tables: list[pa.Table], gap_ms: int) -> pl.DataFrame:
-    """Sessions in DuckDB SQL: LAG over each key's rows in time order marks where the gap
-    is reached, a running SUM numbers the sessions, GROUP BY aggregates them."""
-    rows = pa.concat_tables(tables)  # noqa: F841 - read by DuckDB's replacement scan
-    keys = ", ".join(f'"{k}"' for k in KEYS)
-    sql = f"""
-        WITH timed AS (SELECT *, epoch_ms(ts) AS t FROM rows),
-        marked AS (
-            SELECT *, CASE WHEN t - LAG(t) OVER (PARTITION BY {keys} ORDER BY t) < {gap_ms}
-                      THEN 0 ELSE 1 END AS starts
-            FROM timed),
-        numbered AS (
-            SELECT *, SUM(starts) OVER (PARTITION BY {keys} ORDER BY t, starts DESC
-                                        ROWS UNBOUNDED PRECEDING) AS session
-            FROM marked)
-        SELECT MIN(t) AS window_start, MAX(t) + {gap_ms} AS window_end, {keys},
-               SUM(reading_sum) AS reading_sum, SUM(reading_count)::BIGINT AS reading_count,
-               MIN(reading_min) AS reading_min, MAX(reading_max) AS reading_max,
-               SUM(power) AS power, SUM(error_count)::BIGINT AS error_count,
-               MAX("δ_max") AS "δ_max", COUNT(*)::BIGINT AS row_count
-        FROM numbered GROUP BY {keys}, session
-    """  # noqa: S608 - only integers and the fixed key names are formatted in
-    relation = duckdb.sql(sql)
-    assert relation is not None
-    return pl.DataFrame(relation.arrow()).sort(["window_start", *KEYS])
-
-
-def sessions_of(frame: pl.DataFrame) -> pl.DataFrame:
-    """Output rows with epoch-ms bounds, in the reference's order."""
-    return frame.with_columns(pl.col("window_end").dt.epoch("ms")).sort(
-        ["window_start", *KEYS])
-
 
 def test_session_windows_equal_the_reference(bootstrap: str, topic_factory: TopicFactory,
                                              ) -> None:

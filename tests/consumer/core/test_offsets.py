@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
+from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker, SessionRetention
 from consumer.core.types import NO_WINDOW
+from consumer.core.windows.session.engine import MAX_LISTED_KEYS
 
 P0 = ("events", 0)
 P1 = ("events", 1)
@@ -199,3 +200,30 @@ def test_session_fields_round_trip_and_stay_out_of_other_metadata() -> None:
                               closed=((2**62 + 5, 950), (17, -(2**63))), waiting=5)
     assert CommitMetadata.decode(sessions.encode()) == sessions
     assert CommitMetadata.decode(plain.encode()) == plain
+
+
+@given(kept_after=optional_ms,
+       triples=st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(-(2**62), 2**62),
+                                  st.integers(0, 10**6)), max_size=48))
+def test_kept_sessions_round_trip(kept_after: int | None,
+                                  triples: list[tuple[int, int, int]]) -> None:
+    meta = CommitMetadata(1_000, 7, 1_200, kept_sessions=SessionRetention(
+        kept_after, tuple(triples)))
+    assert CommitMetadata.decode(meta.encode()) == meta
+
+
+@pytest.mark.parametrize("kept", ['{"kept_after": "x"}', '{"sessions": []}', "[]",
+                                  '{"kept_after": 1, "sessions": [[1, 2]]}'])
+def test_malformed_kept_sessions_read_as_nothing_kept(kept: str) -> None:
+    text = f'{{"v":1,"frontier":1,"position":2,"max_event_ms":3,"kept_sessions":{kept}}}'
+    assert CommitMetadata.decode(text) == CommitMetadata(1, 2, 3)
+
+
+@pytest.mark.parametrize("listed", [0, 24, 48])
+def test_the_largest_session_metadata_fits_kafkas_default_limit(listed: int) -> None:
+    # The session engine lists at most MAX_LISTED_KEYS keys and sessions together.
+    big = 2**63 - 1
+    meta = CommitMetadata(big, big, big, closed=((big, -big),) * listed, waiting=big,
+                          kept_sessions=SessionRetention(-big, ((big, -big, big),) * (
+                              MAX_LISTED_KEYS - listed)))
+    assert len(meta.encode()) <= 4096  # offset.metadata.max.bytes

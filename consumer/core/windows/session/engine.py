@@ -5,7 +5,9 @@ Time is event time (the plan's time column) or, for ``time: processing``, each
 message's Kafka timestamp: a replay must give every row the time it had before, and
 the daemon's clock cannot (docs/design.md, "Session windows", has the whole design:
 lateness, commit offsets, what the frontier means, and why a replay is exact). Which
-rows are late, and what is kept to tell, is in consumer/core/windows/session/late.py.
+rows are late, and what is kept to tell, is in consumer/core/windows/session/late.py;
+with ``window.late: revise``, which emitted sessions are kept and which late rows revise
+them, in revise.py.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import replace
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
+from consumer.core.holistic import ValueBuffer
 from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
 from consumer.core.plan import AggregationPlan
 from consumer.core.types import (
@@ -27,21 +30,26 @@ from consumer.core.types import (
     MessageRef,
     PartitionKey,
 )
-from consumer.core.windows.bounds import to_epoch_ms
 from consumer.core.windows.frontier import PartitionFrontier, later, read_before_restart
-from consumer.core.windows.session.late import LateRows
+from consumer.core.windows.session.late import LatePolicy, LateRows
 from consumer.core.windows.session.offsets import PollOffsets
+from consumer.core.windows.session.output import SessionOutput
 from consumer.core.windows.session.replay import SessionReplay, named_by_origin
+from consumer.core.windows.session.revise import RevisingRows
+from consumer.core.windows.session.session_set import SessionSet
 from consumer.core.windows.session.spans import (
     END,
     EVENT_MS,
+    FRONTIER,
+    KEPT,
     ROW_FRONTIER,
     SID,
-    SessionSet,
+    SessionClock,
     SessionSpec,
     SidAllocator,
     per_message,
 )
+from consumer.core.windows.session.values import SessionValues
 from consumer.core.windows.watermark import WatermarkTracker
 
 log = logging.getLogger(__name__)
@@ -51,23 +59,31 @@ log = logging.getLogger(__name__)
 # early revisions instead, so that nothing is left to replay (the metadata of an offset
 # commit is limited: offset.metadata.max.bytes, 4096 bytes by default).
 MAX_LISTED_KEYS = 48
+# An open session its rows' partitions have closed through already (late: revise).
+_DUE_NOW = pl.col(END) <= pl.col(FRONTIER)
 
 
 class SessionWindowEngine:
     def __init__(self, plan: AggregationPlan, spec: SessionSpec, *, event_time: bool,
                  time_dtype: pl.DataType | None, allowed_lateness_ms: int,
-                 idle_timeout_ms: int) -> None:
+                 idle_timeout_ms: int, revise_within_ms: int | None = None) -> None:
+        """``revise_within_ms``: keep emitted sessions this long past their end (against
+        the watermark) and revise them with late rows (None: late rows are late)."""
         if event_time and (plan.time_column is None or time_dtype is None):
             raise ValueError("event-time sessions need the plan's time column and its dtype")
-        self._plan = plan
         self._spec = spec
         self._keys = list(plan.keys)
-        self._event_time = event_time
-        self._time_dtype = time_dtype
+        self._clock = SessionClock(plan.time_column if event_time else None, time_dtype)
         self._aggregator = PartialAggregator(plan, (SID,))
         self._sids = SidAllocator()
-        self._open = SessionSet(self._aggregator, self._keys, spec, self._sids)
-        self._late = LateRows(self._open, self._keys, spec)  # closed-through, listed keys
+        buffer = ValueBuffer.for_plan(plan, (SID,))
+        self._values = None if buffer is None else SessionValues(buffer)
+        self._open = SessionSet(self._aggregator, self._keys, spec, self._sids, self._values)
+        self._output = SessionOutput(self._aggregator, self._keys, self._values,
+                                     revising=revise_within_ms is not None)
+        self._late: LatePolicy = LateRows(self._open, self._keys, spec) \
+            if revise_within_ms is None else RevisingRows(self._open, self._keys, spec,
+                                                           revise_within_ms)
         self._offsets = OffsetTracker()
         self._watermarks = WatermarkTracker(
             allowed_lateness_ms=allowed_lateness_ms, idle_timeout_ms=idle_timeout_ms)
@@ -98,6 +114,7 @@ class SessionWindowEngine:
         if metadata is None:
             return
         progress.restored_max_ms = metadata.max_event_ms
+        self._late.restore(metadata.kept_sessions)
         # Rows from `waiting` on were consumed but never taken into a session: new again.
         until = metadata.position if metadata.waiting is None else min(
             metadata.position, metadata.waiting)
@@ -135,7 +152,8 @@ class SessionWindowEngine:
 
     def _start_replay(self) -> SessionReplay:
         if self._replay is None:
-            sessions = SessionSet(self._aggregator, self._keys, self._spec, self._sids)
+            sessions = SessionSet(self._aggregator, self._keys, self._spec, self._sids,
+                                  self._values)
             self._replay = SessionReplay(sessions, self._keys, self._spec)
         return self._replay
 
@@ -156,13 +174,14 @@ class SessionWindowEngine:
         rows of earlier polls held during a replay (named by ``ORIGIN_*``)."""
         seq = self._seq
         self._seq += 1
-        times = [self._times(ref, now_ms) for ref in refs]
+        times = [self._clock.times(ref, now_ms) for ref in refs]
         for ref, (_, last_ms) in zip(refs, times, strict=True):
             self._offsets.record(ref.partition, ref.offset, NO_WINDOW)
             self._polls.record(seq, ref.partition, ref.offset)
             self._watermarks.observe(ref.partition, last_ms, now_ms,
                                      replayed=self._replayed(ref))
-        rows = self._rows(frame, refs, [t for t, _ in times])
+        frontiers = [self._frontier(r.partition) for r in refs]
+        rows = self._clock.rows(frame, refs, [t for t, _ in times], frontiers)
         if self._replay is not None:
             replayed = per_message("replayed", [r.rows for r in refs],
                                    [int(self._replayed(r)) for r in refs]).cast(pl.Boolean)
@@ -176,31 +195,6 @@ class SessionWindowEngine:
         if late is not None:
             self._unreported.append((late, seq, {}))
         return self._report()
-
-    def _times(self, ref: MessageRef, now_ms: int) -> tuple[int | None, int | None]:
-        if self._event_time:
-            return ref.min_event_ms, ref.max_event_ms
-        stamp = ref.timestamp_ms if ref.timestamp_ms is not None and ref.timestamp_ms >= 0 \
-            else now_ms
-        return stamp, stamp
-
-    def _rows(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
-              firsts: list[int | None]) -> pl.DataFrame:
-        """``frame`` with each row's time, message index and partition frontier."""
-        counts = [r.rows for r in refs]
-        if self._event_time:
-            assert self._plan.time_column is not None  # noqa: S101 - checked in __init__
-            assert self._time_dtype is not None  # noqa: S101
-            event: pl.Expr | pl.Series = to_epoch_ms(
-                self._plan.time_column, self._time_dtype).alias(EVENT_MS)
-        else:
-            event = per_message(EVENT_MS, counts, firsts)
-        frontiers = [self._frontier(r.partition) for r in refs]
-        return frame.with_columns(
-            event,
-            per_message(MESSAGE_INDEX, counts, list(range(len(refs)))),
-            per_message(ROW_FRONTIER, counts, [NO_WINDOW if f is None else f for f in frontiers]),
-        )
 
     def _frontier(self, partition: PartitionKey) -> int | None:
         progress = self._progress.get(partition)
@@ -246,7 +240,7 @@ class SessionWindowEngine:
         log.info("session replay over: %d replayed rows were in emitted sessions (skipped), "
                  "%d open sessions rebuilt, %d polls of new rows waited", skipped,
                  still_open.height, len(replay.held))
-        self._late.record(emitted)
+        still_open = self._late.resolve(emitted, still_open)
         self._open.add(self._open.merge_in(still_open))
         for held in replay.held:
             ours = (EVENT_MS, MESSAGE_INDEX, ROW_FRONTIER)
@@ -274,17 +268,20 @@ class SessionWindowEngine:
             self._end_replay(now_ms)
         watermark = self._watermarks.current(now_ms)
         if watermark.all_idle:
-            due = self._open.pop(pl.lit(value=True))
+            due = self._open.pop(~pl.col(KEPT))
             through = int(due.get_column(END).max()) if due.height else None  # type: ignore[arg-type]
-        elif watermark.value_ms is None:
-            return self._overflow(now_ms)
         else:
-            due = self._open.pop(pl.col(END) <= watermark.value_ms)
+            # Sessions of late rows taken (late: revise) are due at once: their partitions'
+            # frontiers are past them already.
             through = watermark.value_ms
-        closed = self._open.results(due, final=True)
-        self._late.record(due)
+            passed = _DUE_NOW if through is None else _DUE_NOW | (pl.col(END) <= through)
+            due = self._open.pop(~pl.col(KEPT) & passed)
+        closed = self._output.windows(due, final=True)
+        self._late.closed(due)
         if through is not None:
             self._advance(through)
+            if not watermark.all_idle:  # event time stands still: kept sessions stay
+                self._late.expire(through)
         self._prune()
         return closed + self._overflow(now_ms)
 
@@ -294,7 +291,9 @@ class SessionWindowEngine:
             progress.frontier = later(progress.frontier, through_ms)
 
     def _overflow(self, now_ms: int) -> list[ClosedWindow]:
-        if self._listed_now(at_most=MAX_LISTED_KEYS) is not None:
+        kept = self._late.retention()
+        named = 0 if kept is None else len(kept.sessions)
+        if self._listed_now(at_most=MAX_LISTED_KEYS - named) is not None:
             return []
         return self.emit_early(now_ms)
 
@@ -303,7 +302,10 @@ class SessionWindowEngine:
         the groups held stay within the budget; all consumed input is then emitted."""
         if self._replay is not None:
             return []  # the rebuilt sessions are not known yet: the replay comes first
-        early = self._open.results(self._open.empty_out(), final=False)
+        self._late.forget_kept(self._closed_through)
+        emptied = self._open.empty_out()
+        early = self._output.windows(emptied, final=False)
+        self._open.forget(emptied)
         self._prune()
         return early
 
@@ -326,8 +328,14 @@ class SessionWindowEngine:
         return self._late.listing(self._min_seq(), self._closed_through, restored,
                                   at_most=at_most)
 
-    def commit_points(self) -> dict[PartitionKey, CommitPoint]:
+    def commit_points(self) -> dict[PartitionKey, CommitPoint] | None:
+        """None while a session the frontier has passed is not out yet (a late row's,
+        until the next close_due): a replay would take it for an emitted one."""
+        opened = self._open.frame()
+        if opened is not None and opened.filter(~pl.col(KEPT) & _DUE_NOW).height:
+            return None
         listed = self._listed_now() or ()  # bounded by close_due's overflow check
+        kept = self._late.retention()
         held = self._polls.held(self._min_seq())
         untaken = [waiting for _, _, waiting in self._unreported]
         if self._replay is not None:
@@ -342,7 +350,8 @@ class SessionWindowEngine:
                 continue
             offset = min(point.offset, held.get(partition, point.offset))
             points[partition] = CommitPoint(offset, replace(
-                point.metadata, closed=listed, waiting=waiting.get(partition)))
+                point.metadata, closed=listed, waiting=waiting.get(partition),
+                kept_sessions=kept))
         return points
 
     def frontiers(self, now_ms: int) -> dict[PartitionKey, tuple[int | None, bool]]:
@@ -353,6 +362,8 @@ class SessionWindowEngine:
 
     def discard(self) -> None:
         self._open.discard()
+        if self._values is not None:
+            self._values.discard()
         self._replay = None
         self._unreported.clear()
         self._polls.prune(None)
@@ -366,7 +377,7 @@ class SessionWindowEngine:
         return len(self._open) + replay
 
     def buffered_values(self) -> int:
-        return 0  # configuration keeps aggregates that buffer values away from sessions
+        return 0 if self._values is None else self._values.count()
 
     def open_window_count(self) -> int:
         """Open sessions, and what waits: rebuilt sessions and held polls of a replay,

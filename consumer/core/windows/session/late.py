@@ -11,8 +11,11 @@ docs/design.md ("Session windows") has the rules and why a replay is exact with 
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import polars as pl
 
+from consumer.core.offsets import SessionRetention
 from consumer.core.types import MESSAGE_INDEX, WINDOW_END, WINDOW_START
 from consumer.core.windows.session.closing import (
     CT_END,
@@ -24,6 +27,7 @@ from consumer.core.windows.session.closing import (
     listing,
 )
 from consumer.core.windows.session.replay import SessionReplay
+from consumer.core.windows.session.session_set import SessionSet
 from consumer.core.windows.session.spans import (
     END,
     EVENT_MS,
@@ -31,10 +35,34 @@ from consumer.core.windows.session.spans import (
     FRONTIER,
     LAST_SEQ,
     RUN,
-    SessionSet,
     SessionSpec,
     with_runs,
 )
+
+
+class LatePolicy(Protocol):
+    """What the session engine asks of its late-row rules: ``LateRows`` (late rows go to
+    the late topic, or are dropped) or ``RevisingRows`` (window.late: revise, revise.py)."""
+
+    def take(self, rows: pl.DataFrame, columns: list[str], seq: int,
+             frontier: int | None) -> pl.DataFrame | None: ...
+    def take_matched(self, replay: SessionReplay) -> None: ...
+    def closed(self, sessions: pl.DataFrame) -> None:
+        """``sessions`` (taken out of the open ones) went out, final."""
+
+    def expire(self, watermark_ms: int) -> None: ...
+    def forget_kept(self, through_ms: int | None) -> None: ...
+    def restore(self, retention: SessionRetention | None) -> None: ...
+    def resolve(self, emitted: pl.DataFrame, still_open: pl.DataFrame) -> pl.DataFrame:
+        """The end of a replay: take the rebuilt sessions found emitted; return the open
+        ones."""
+
+    def retention(self) -> SessionRetention | None: ...
+    def listing(self, min_seq: int | None, closed_through: int | None,
+                restored: dict[int, int], *,
+                at_most: int | None) -> tuple[tuple[int, int], ...] | None: ...
+    def prune(self, min_seq: int | None, closed_through: int | None) -> None: ...
+    def discard(self) -> None: ...
 
 
 class LateRows:
@@ -48,9 +76,30 @@ class LateRows:
         self._closed = ClosedThrough(keys)
         self._listed = ListedKeys(keys)
 
-    def record(self, sessions: pl.DataFrame) -> None:
-        """``sessions`` are closed: emitted, or found emitted by a replay."""
+    def closed(self, sessions: pl.DataFrame) -> None:
+        """``sessions`` went out: closed, and their values no longer needed."""
         self._closed.record(sessions)
+        self._open.forget(sessions)
+
+    def resolve(self, emitted: pl.DataFrame, still_open: pl.DataFrame) -> pl.DataFrame:
+        """The rebuilt sessions a replay found emitted are closed."""
+        self.closed(emitted)
+        return still_open
+
+    def expire(self, watermark_ms: int) -> None:
+        """Nothing is kept for revisions."""
+
+    def forget_kept(self, through_ms: int | None) -> None:
+        """Nothing is kept for revisions."""
+
+    def restore(self, retention: SessionRetention | None) -> None:
+        """Nothing was kept for revisions."""
+
+    def retention(self) -> None:
+        return None
+
+    def discard(self) -> None:
+        """Closed-through outlives the open sessions: a replay does not rebuild it."""
 
     def take(self, rows: pl.DataFrame, columns: list[str], seq: int,
              frontier: int | None) -> pl.DataFrame | None:
@@ -72,6 +121,7 @@ class LateRows:
             gone = lone.filter(closed_at_once)
             if gone.height:
                 self._closed.record(gone)
+                self._open.forget(gone)
                 runs_late = runs_rows.join(gone.select(RUN, FIRST, END), on=RUN)
                 late.append(_late_frame(runs_late, columns, FIRST, END))
         if not late:

@@ -25,12 +25,12 @@ from consumer.core.types import (
     PartitionKey,
 )
 from consumer.core.windows.session.closing import CT_END, key_hashes, rows_of
+from consumer.core.windows.session.session_set import SessionSet
 from consumer.core.windows.session.spans import (
     END,
     EVENT_MS,
     FRONTIER,
     ROW_FRONTIER,
-    SessionSet,
     SessionSpec,
     with_runs,
 )

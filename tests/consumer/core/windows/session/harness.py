@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -22,16 +23,23 @@ SORT = ["k", "window_start"]
 
 def session_engine(*, gap_ms: int = 100, max_session_ms: int | None = None,
                    lateness_ms: int = 0, idle_timeout_ms: int = 60_000,
-                   plan: AggregationPlan = EVENT_PLAN) -> SessionWindowEngine:
+                   plan: AggregationPlan = EVENT_PLAN,
+                   revise_within_ms: int | None = None) -> SessionWindowEngine:
     return SessionWindowEngine(plan, SessionSpec(gap_ms, max_session_ms), event_time=True,
                                time_dtype=UTC_MS, allowed_lateness_ms=lateness_ms,
-                               idle_timeout_ms=idle_timeout_ms)
+                               idle_timeout_ms=idle_timeout_ms,
+                               revise_within_ms=revise_within_ms)
 
 
-def session_reference(rows: Iterable[Row], gap_ms: int,
-                      max_session_ms: int | None = None) -> pl.DataFrame:
+# The aggregates of EVENT_PLAN, in SQL.
+SUMS = """SUM(v_sum) AS v_sum, SUM(n_count)::BIGINT AS n_count, MAX(v_max) AS v_max"""
+
+
+def session_reference(rows: Iterable[Row], gap_ms: int, max_session_ms: int | None = None,
+                      aggregates: str = SUMS) -> pl.DataFrame:
     """Sessions by DuckDB SQL: LAG finds where a key's gap is reached, a running SUM
-    numbers the sessions; with a maximum, the key is partitioned by its interval too."""
+    numbers the sessions; with a maximum, the key is partitioned by its interval too.
+    ``aggregates``: the SQL of the plan's aggregates over a session's rows."""
     input_rows = frame(list(rows)).to_arrow()  # noqa: F841 - read by DuckDB's replacement scan
     bucket = f"floor(epoch_ms(ts) / {max_session_ms})::BIGINT" if max_session_ms else "0"
     end = (f"LEAST(MAX(t) + {gap_ms}, (bucket + 1) * {max_session_ms})" if max_session_ms
@@ -46,11 +54,10 @@ def session_reference(rows: Iterable[Row], gap_ms: int,
             SELECT *, SUM(starts) OVER (PARTITION BY k, bucket ORDER BY t, starts DESC
                                         ROWS UNBOUNDED PRECEDING) AS session
             FROM marked)
-        SELECT MIN(t) AS window_start, {end} AS window_end, k,
-               SUM(v_sum) AS v_sum, SUM(n_count)::BIGINT AS n_count, MAX(v_max) AS v_max,
+        SELECT MIN(t) AS window_start, {end} AS window_end, k, {aggregates},
                COUNT(*)::BIGINT AS row_count
         FROM numbered GROUP BY k, bucket, session
-    """  # noqa: S608 - only integers are formatted in
+    """  # noqa: S608 - only integers and the tests' own SQL are formatted in
     with duckdb.connect() as con:
         result: pl.DataFrame = con.sql(sql).pl()
     return result.with_columns(pl.col("window_start", "window_end").cast(UTC_MS)).sort(
@@ -63,10 +70,18 @@ def feed(engine: SessionWindowEngine, partition: PartitionKey, offset: int,
     return engine.add(frame(rows), [ref(partition, offset, rows)], now_ms)
 
 
-def emitted(windows: Sequence[ClosedWindow]) -> pl.DataFrame:
-    """Every session row of ``windows``, in the reference's order."""
+def committable(engine: SessionWindowEngine) -> dict[PartitionKey, CommitPoint]:
+    """The engine's commit points, where a test expects it not to hold them back."""
+    points = engine.commit_points()
+    assert points is not None
+    return points
+
+
+def emitted(windows: Sequence[ClosedWindow], aggregates: str = SUMS) -> pl.DataFrame:
+    """Every session row of ``windows``, in the reference's order (``aggregates``: the
+    reference's, for the columns of none)."""
     if not windows:
-        return session_reference([], 1).clear()
+        return session_reference([], 1, aggregates=aggregates).clear()
     return pl.concat([w.frame for w in windows]).sort(SORT, nulls_last=True)
 
 
@@ -96,6 +111,8 @@ class MiniDaemon:
     gap_ms: int = 100
     max_session_ms: int | None = None
     lateness_ms: int = 0
+    plan: AggregationPlan = EVENT_PLAN
+    revise_within_ms: int | None = None
     output: Output = field(default_factory=Output)
     now: int = 0
     crashes: int = 0
@@ -106,7 +123,8 @@ class MiniDaemon:
 
     def _start(self) -> None:
         self.engine = session_engine(gap_ms=self.gap_ms, max_session_ms=self.max_session_ms,
-                                     lateness_ms=self.lateness_ms)
+                                     lateness_ms=self.lateness_ms, plan=self.plan,
+                                     revise_within_ms=self.revise_within_ms)
         self._position = {}
         for partition in self.partitions:
             point = self._committed.get(partition)
@@ -143,12 +161,15 @@ class MiniDaemon:
 
     def flush(self, now: int | None = None, *, early: bool = False) -> None:
         """Close what is due (and, ``early``, emit the rest as revisions, as the memory
-        budget does); commit it with the offsets."""
+        budget does); commit it with the offsets, unless the engine holds commits back
+        (then it stays pending, as the pipeline holds it)."""
         self.now = now if now is not None else self.now
         self._pending.windows += self.engine.close_due(self.now)
         if early:
             self._pending.windows += self.engine.emit_early(self.now)
         points = self.engine.commit_points()
+        if points is None:
+            return
         self.output.windows += self._pending.windows
         self.output.late += self._pending.late
         self._committed.update(points)
@@ -166,3 +187,51 @@ class MiniDaemon:
             self.flush()
         self.flush(10**12)
         return self.output
+
+
+# -- a subscriber ---------------------------------------------------------------------------
+
+
+def held_sessions(windows: Sequence[ClosedWindow], aggregates: str = SUMS) -> pl.DataFrame:
+    """What a subscriber holds after applying ``windows`` in order, as docs/wire-format.md
+    says (written here from that text, not from the engine): each row first removes the
+    sessions of its keys it replaces, which must be held under a lower revision; then a
+    ``delta`` row adds to the session of its keys and window_start, and so does any row
+    to a session held from deltas; any other row must be new there. Returns the held
+    sessions in the reference's order, without ``replaces`` (``aggregates``: the
+    reference's, for the columns; only deltas of EVENT_PLAN's sums add up)."""
+    held: dict[tuple[object, object], dict[str, Any]] = {}
+    for window in windows:
+        for row in window.frame.to_dicts():
+            row["__revision"] = window.revision
+            for start in row.pop("replaces", None) or []:
+                replaced = held.pop((row["k"], start), None)
+                assert replaced is not None, (
+                    f"revision {window.revision} replaces {row['k']}@{start}, not held")
+                assert replaced["__revision"] < window.revision
+            at = (row["k"], row["window_start"])
+            row["__delta"] = window.kind == "delta"
+            if at in held and (window.kind == "delta" or held[at]["__delta"]):
+                before = held[at]
+                row["window_end"] = max(before["window_end"], row["window_end"])
+                for column in ("v_sum", "n_count", "row_count"):
+                    row[column] = before[column] + row[column]
+                row["v_max"] = max(before["v_max"], row["v_max"])
+            else:
+                assert at not in held, f"{at} emitted twice (revision {window.revision})"
+            held[at] = row
+    empty = emitted([], aggregates)
+    if not held:
+        return empty
+    return pl.DataFrame(list(held.values())).select(empty.columns).cast(empty.schema).sort(
+        SORT, nulls_last=True)
+
+
+def not_late(rows: Sequence[Row], late: Sequence[pl.DataFrame]) -> list[Row]:
+    """``rows`` less the late ones (each late row an input row, taken out once)."""
+    left = list(rows)
+    for frame_ in late:
+        for k, ts, v_sum, n_count, v_max in frame_.select(
+                "k", pl.col("ts").dt.epoch("ms"), "v_sum", "n_count", "v_max").rows():
+            left.remove((k, ts, v_sum, n_count, v_max))
+    return left

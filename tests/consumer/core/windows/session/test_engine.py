@@ -24,6 +24,7 @@ from tests.consumer.core.windows.helpers import (
 )
 from tests.consumer.core.windows.session.harness import (
     MiniDaemon,
+    committable,
     emitted,
     feed,
     session_engine,
@@ -197,12 +198,12 @@ def test_the_commit_offset_waits_for_the_first_message_of_an_open_session() -> N
     feed(engine, P1, 10, [row("c", 1_100)], now_ms=3)
     feed(engine, P0, 2, [row("b", 1_150)], now_ms=4)
     assert starts_ends(engine.close_due(4)) == [(1_000, 1_100)]  # watermark 1100: a
-    points = engine.commit_points()
+    points = committable(engine)
     assert (points[P0].offset, points[P1].offset) == (1, 10)  # b and c are open
     feed(engine, P1, 11, [row("b", 1_080), row("c", 1_400)], now_ms=5)  # b's two merge
     feed(engine, P0, 3, [row("d", 1_600)], now_ms=6)
     assert starts_ends(engine.close_due(6)) == [(1_010, 1_250), (1_100, 1_200)]
-    points = engine.commit_points()  # watermark 1400: c's next session holds P1@11
+    points = committable(engine)  # watermark 1400: c's next session holds P1@11
     assert (points[P0].offset, points[P1].offset) == (3, 11)
     assert points[P0].metadata == CommitMetadata(frontier=1_400, position=4,
                                                  max_event_ms=1_600)
@@ -215,7 +216,7 @@ def test_an_early_revision_releases_every_offset_and_the_session_goes_on() -> No
     early = engine.emit_early(1)
     assert [(w.final, w.revision, w.kind, w.input_rows) for w in early] == [
         (False, 0, "delta", 2)]
-    assert engine.commit_points()[P0].offset == 1
+    assert committable(engine)[P0].offset == 1
     assert engine.cardinality() == 2  # the bounds stay, the state is gone
     feed(engine, P0, 1, [row("a", 1_080, 4.0)], now_ms=2)
     closed = engine.close_due(10**9)
@@ -237,7 +238,7 @@ def test_rows_joining_a_session_an_early_revision_emptied_survive_a_crash() -> N
     daemon.flush()
     daemon.poll([P0])
     daemon.flush()
-    assert len(daemon.engine.commit_points()[P0].metadata.closed) == 1
+    assert len(committable(daemon.engine)[P0].metadata.closed) == 1
     daemon.crash()
     output = daemon.finish()
     assert [(w.final, w.input_rows) for w in output.windows if w.frame["k"][0] == "a"] == [
@@ -280,7 +281,7 @@ def test_a_late_row_in_the_last_gap_is_listed_so_a_replay_still_skips_its_sessio
         daemon.poll([P0])
         daemon.flush()
     assert daemon.output.late_rows() == 1
-    metadata = daemon.engine.commit_points()[P0].metadata
+    metadata = committable(daemon.engine)[P0].metadata
     assert len(metadata.closed) == 1
     assert CommitMetadata.decode(metadata.encode()) == metadata
     daemon.crash()
@@ -338,11 +339,11 @@ def test_rows_that_waited_in_a_replay_are_new_again_after_another_crash() -> Non
     daemon.crash()
     daemon.poll([P0, P0])  # P0@1 replayed, P0@2 new: it waits
     daemon.flush()
-    assert daemon.engine.commit_points()[P0].metadata.waiting == 2
+    assert committable(daemon.engine)[P0].metadata.waiting == 2
     daemon.crash()
     daemon.poll([P0])  # P0@1 again; P0@2 not read yet in this run
     daemon.flush()
-    assert daemon.engine.commit_points()[P0].metadata.waiting == 2
+    assert committable(daemon.engine)[P0].metadata.waiting == 2
     daemon.crash()
     output = daemon.finish()
     assert output.late_rows() == 1
@@ -360,10 +361,10 @@ def test_too_many_listed_keys_emit_the_open_sessions_early() -> None:
     late = feed(engine, P0, 2, [row(k, 1_090) for k in keys], now_ms=3)
     assert late is not None
     assert late.height == len(keys)
-    assert len(engine.commit_points()[P0].metadata.closed) == len(keys)
+    assert len(committable(engine)[P0].metadata.closed) == len(keys)
     revisions = engine.close_due(3)
     assert [(w.final, w.input_rows) for w in revisions] == [(False, 2)]
-    point = engine.commit_points()[P0]
+    point = committable(engine)[P0]
     assert point == CommitPoint(3, CommitMetadata(frontier=1_150, position=3,
                                                   max_event_ms=1_150))
 

@@ -1,0 +1,118 @@
+"""Session output as a subscriber holds it: replacements take out the sessions they
+name, deltas add up, repeats count once, in Arrow and JSON lines alike."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from wire.complete import WindowAssembler
+from wire.output import (
+    OutputFormat,
+    OutputWindow,
+    RevisionKind,
+    decode_output,
+    encode_window,
+)
+from wire.sessions import SessionTable
+
+UTC_MS = pl.Datetime("ms", "UTC")
+
+
+def at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def sessions(*rows: tuple[str, int, int, int, list[int]]) -> pl.DataFrame:
+    """(k, start, end, row_count, replaces) rows, as the daemon writes them."""
+    return pl.DataFrame(
+        {"window_start": [at(r[1]) for r in rows], "window_end": [at(r[2]) for r in rows],
+         "k": [r[0] for r in rows], "row_count": [r[3] for r in rows],
+         "revision": [0] * len(rows), "replaces": [[at(s) for s in r[4]] for r in rows]},
+        schema={"window_start": UTC_MS, "window_end": UTC_MS, "k": pl.String,
+                "row_count": pl.Int64, "revision": pl.Int64, "replaces": pl.List(UTC_MS)})
+
+
+def decoded(frame: pl.DataFrame, *, revision: int, kind: RevisionKind = "full",
+            fmt: OutputFormat = "arrow", max_bytes: int = 1_000_000) -> list[OutputWindow]:
+    frame = frame.with_columns(pl.lit(revision, pl.Int64).alias("revision"))
+    start = int(frame["window_start"].dt.epoch("ms").min())  # type: ignore[arg-type]
+    messages = encode_window(frame, start_ms=start, end_ms=start + 1, input_rows=1, fmt=fmt,
+                             compression="zstd", max_bytes=max_bytes, revision=revision,
+                             final=kind != "delta" or revision > 1, kind=kind, keys=["k"],
+                             sessions=True)
+    return [decode_output(m.value, m.headers) for m in messages]
+
+
+def held(table: SessionTable) -> list[tuple[str, int, int]]:
+    frame = table.sessions()
+    if frame.height == 0:
+        return []
+    epoch = frame.with_columns(pl.col("window_start").cast(UTC_MS).dt.epoch("ms")) \
+        if frame.schema["window_start"] != pl.String else frame.with_columns(
+            pl.col("window_start").str.to_datetime(time_zone="UTC").dt.epoch("ms"))
+    return sorted(epoch.select("k", "window_start", "row_count").rows())
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "json"])
+def test_an_update_takes_out_the_sessions_it_replaces(fmt: OutputFormat) -> None:
+    table = SessionTable()
+    first = sessions(("a", 0, 150, 2, []), ("a", 300, 400, 1, []), ("b", 0, 100, 1, []))
+    (whole,) = [table.add(m) for m in decoded(first, revision=0, fmt=fmt)]
+    assert whole is not None
+    assert whole.replaced is not None
+    assert whole.replaced.height == 0
+    bridge = sessions(("a", 0, 400, 4, [0, 300]))
+    (update,) = [table.add(m) for m in decoded(bridge, revision=1, kind="update", fmt=fmt)]
+    assert update is not None
+    assert update.replaced is not None
+    assert sorted(update.replaced["row_count"].to_list()) == [1, 2]
+    assert held(table) == [("a", 0, 4), ("b", 0, 1)]
+
+
+def test_chunks_are_applied_once_all_are_in_and_a_repeat_is_skipped() -> None:
+    table = SessionTable()
+    rows: list[tuple[str, int, int, int, list[int]]] = [
+        (f"k{i}", i * 1000, i * 1000 + 100, 1, []) for i in range(200)]
+    pieces = decoded(sessions(*rows), revision=0, max_bytes=1_500)
+    assert len(pieces) > 1
+    assert [table.add(m) for m in pieces[:-1]] == [None] * (len(pieces) - 1)
+    assert table.add(pieces[-1]) is not None
+    for piece in pieces:  # at-least-once: the whole revision again
+        table.add(piece)
+    assert len(held(table)) == 200
+
+
+def test_deltas_of_one_session_are_held_as_rows_to_add() -> None:
+    table = SessionTable()
+    for revision in (0, 1):
+        for message in decoded(sessions(("a", 0, 100 + revision, 2, [])), revision=revision,
+                               kind="delta"):
+            table.add(message)
+    assert held(table) == [("a", 0, 2), ("a", 0, 2)]
+
+
+def test_the_assembler_hands_session_output_to_its_table() -> None:
+    assembler = WindowAssembler()
+    (message,) = decoded(sessions(("a", 0, 150, 2, [])), revision=0)
+    whole = assembler.add(message)
+    assert whole is not None
+    assert whole.sessions
+    assert_frame_equal(assembler.sessions.sessions(), message.frame)
+
+
+def test_a_whole_row_after_deltas_of_its_session_adds_to_them() -> None:
+    # A restart can lose a session's early revisions; the rest of it then goes out whole,
+    # maybe under the same window_start: the deltas stay.
+    table = SessionTable()
+    for message in decoded(sessions(("a", 0, 100, 2, [])), revision=0, kind="delta"):
+        table.add(message)
+    for message in decoded(sessions(("a", 0, 150, 3, [])), revision=0, kind="full"):
+        table.add(message)
+    assert held(table) == [("a", 0, 2), ("a", 0, 3)]
+    for message in decoded(sessions(("a", 0, 150, 4, [])), revision=1, kind="full"):
+        table.add(message)
+    assert held(table) == [("a", 0, 2), ("a", 0, 4)], "a whole row replaces a whole row"

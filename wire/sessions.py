@@ -1,0 +1,101 @@
+"""Session output as a subscriber holds it: the sessions, one row each (more for a
+session that went out early in deltas), with every revision applied.
+
+Each row of session output is a session with its own bounds, identified by its keys and
+``window_start``. With ``window.late: revise`` a row also names, in ``replaces``, the
+``window_start`` of the emitted sessions of its keys it replaces: a late row extended
+or bridged them. docs/wire-format.md ("Session windows") gives the rule this applies:
+remove the replaced sessions; then a ``delta`` row adds to the session of its keys and
+``window_start`` (kept here as one more row), any other row is that session's whole
+result now, but for what ``delta`` rows hold of it (after a restart the daemon may no
+longer know of a session's early revisions, and sends the rest of it whole). A row
+whose session already holds one of its revision and kind is a repeat (at-least-once
+output) and is skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import polars as pl
+
+from wire.output import REPLACES_COLUMN, OutputWindow
+
+# Sessions held to apply revisions to; past this, the earliest ending are let go (a
+# revision replacing one of them then replaces nothing here).
+MAX_HELD_SESSIONS = 100_000
+
+_REVISION = "__revision"
+_KIND = "__kind"
+_GONE = "__replaced_start"
+
+
+@dataclass
+class _Message:
+    chunks: dict[int, OutputWindow] = field(default_factory=dict)
+
+
+class SessionTable:
+    """The sessions a subscriber holds, and each revision applied to them."""
+
+    def __init__(self, *, max_held: int = MAX_HELD_SESSIONS) -> None:
+        self._held: pl.DataFrame | None = None
+        self._max_held = max_held
+        self._partial: dict[tuple[int, int, str], _Message] = {}
+
+    def add(self, message: OutputWindow) -> OutputWindow | None:
+        """Take one decoded message of session output; once all chunks of its revision
+        are in, apply it and return it whole, with ``replaced``: the held rows it
+        replaced (and the earlier rows of sessions it gives whole again)."""
+        at = (message.start_ms, message.revision, message.kind)
+        collected = self._partial.setdefault(at, _Message())
+        collected.chunks[message.chunk[0]] = message
+        if len(collected.chunks) < message.chunk[1]:
+            return None
+        del self._partial[at]
+        frames = [collected.chunks[i].frame for i in sorted(collected.chunks)]
+        rows = pl.concat([f for f in frames if f.height] or frames[:1], how="vertical_relaxed")
+        whole = replace(message, chunk=(1, 1), frame=rows)
+        return replace(whole, replaced=self.apply(whole))
+
+    def apply(self, window: OutputWindow) -> pl.DataFrame:
+        """Apply one whole revision; return the rows it took out."""
+        keys = list(window.keys or ())
+        rows = window.frame.with_columns(pl.lit(window.revision, pl.Int64).alias(_REVISION),
+                                         pl.lit(window.kind).alias(_KIND))
+        if self._held is None or self._held.height == 0:
+            self._store(rows)
+            return rows.clear().drop(_REVISION, _KIND)
+        on = [*keys, "window_start"]
+        rows = rows.join(self._held.select(*on, _REVISION, _KIND), on=[*on, _REVISION, _KIND],
+                         how="anti", nulls_equal=True, maintain_order="left")  # repeats
+        gone = self._held.join(self._replaced(rows, keys), on=on, how="semi", nulls_equal=True)
+        if window.kind != "delta":  # whole: it replaces its own session, bar the deltas
+            gone = pl.concat([gone, self._held.filter(pl.col(_KIND) != "delta").join(
+                rows.select(on), on=on, how="semi", nulls_equal=True)]).unique()
+        self._held = self._held.join(gone.select(*on, _REVISION, _KIND),
+                                     on=[*on, _REVISION, _KIND], how="anti", nulls_equal=True)
+        self._store(rows)
+        return gone.drop(_REVISION, _KIND)
+
+    @staticmethod
+    def _replaced(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+        """(keys, window_start) of the sessions ``rows`` name as replaced."""
+        if REPLACES_COLUMN not in rows.columns:
+            return rows.select(*keys, "window_start").clear()
+        named = rows.select(*keys, pl.col(REPLACES_COLUMN).alias(_GONE)).explode(_GONE)
+        return named.drop_nulls(_GONE).select(
+            *keys, pl.col(_GONE).cast(rows.schema["window_start"]).alias("window_start"))
+
+    def _store(self, rows: pl.DataFrame) -> None:
+        held = rows if self._held is None else pl.concat([self._held, rows],
+                                                         how="diagonal_relaxed")
+        if held.height > self._max_held:
+            held = held.sort("window_end").tail(self._max_held)
+        self._held = held
+
+    def sessions(self) -> pl.DataFrame:
+        """Every session held, its rows as the output gave them."""
+        if self._held is None:
+            return pl.DataFrame()
+        return self._held.drop(_REVISION, _KIND)

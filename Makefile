@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv lint typecheck unit test compose-test demo bench broker-start broker-stop broker-status clean
+.PHONY: venv lint typecheck unit test research compose-test demo bench broker-start broker-stop broker-status clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "arrowagg needs Python 3.11+; set PYTHON=python3.11")'
@@ -39,6 +39,12 @@ compose-test: venv
 
 unit: venv
 	$(PY) -m pytest -m 'not integration'
+
+# The research instruments' tests (bench/research/: experiments that patch the product for
+# the run, and slow ones). tests/bench/research/conftest.py leaves them out of every run
+# that does not name them, make unit and make test included.
+research: venv
+	$(PY) -m pytest -m research tests/bench/research
 
 demo: venv
 	$(PY) scripts/demo

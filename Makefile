@@ -86,7 +86,8 @@ $(FLINK_JARS): bench/flink/pom.xml
 # Installs the bench extra (once per pyproject.toml change) and the end-to-end peers
 # (Quix Streams, Bytewax, Denormalized, PyFlink) in interpreters of their own under .venv/
 # and the JVM peers' parts, then runs the harness: bench/results/*.json and
-# docs/benchmarks.md (with docs/benchmarks.png). A peer that could not be set up is
+# docs/benchmarks.md (with docs/benchmarks.png; `python -m bench --render-only` rewrites
+# them from the stored results). A peer that could not be set up is
 # reported as skipped, with the reason.
 bench: venv $(FLINK_JARS) $(KSTREAMS_BUILT)
 	@if [ ! $(VENV)/.bench-stamp -nt pyproject.toml ]; then \

@@ -22,6 +22,8 @@ SHAPES: dict[str, Callable[[Payloads, int], Any]] = {
     "polars_per_poll": polars_floor.run_polars_per_poll,
     "polars_read_ahead": polars_floor.run_polars_read_ahead,
 }
+NAMES = {"polars_with_output": "one group_by", "polars_per_poll": "per poll",
+         "polars_read_ahead": "per poll, read ahead"}
 GOAL = 1.15  # arrowagg's time over the floor's
 
 

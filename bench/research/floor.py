@@ -30,7 +30,6 @@ interleaved, with runs that each leave out more of what arrowagg must do:
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -39,7 +38,7 @@ from unittest import mock
 
 import polars as pl
 
-from bench import kernel, payloads
+from bench import kernel
 from bench.payloads import WINDOW_MS, Payloads
 from bench.polars_floor import (
     OUTPUT_MAX_BYTES,
@@ -51,7 +50,7 @@ from bench.polars_floor import (
     run_polars_read_ahead,
     run_polars_with_output,
 )
-from bench.sizes import FULL, SMOKE
+from bench.research import cases
 from consumer.core.types import ClosedWindow
 from wire import input as wire_input
 from wire.output import encode_window
@@ -158,23 +157,13 @@ def _encode(window: ClosedWindow) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.research floor",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes")
-    args = parser.parse_args(argv)
-    sizes = SMOKE if args.smoke else FULL
-    for case in sizes.kernel_cases:
-        for encoding in payloads.ENCODINGS:
-            figures = measure(payloads.build(case, encoding), repetitions=case.repetitions,
-                              poll_messages=sizes.poll_messages)
-            medians = figures["median_s"]
-            datafusion, naive = medians["datafusion"], medians["polars_naive"]
-            print(f"{case.name}, {encoding}: " + ", ".join(
-                f"{name} {s:.3f} s ({datafusion / s:.2f}x DataFusion, {naive / s:.2f}x naive)"
-                for name, s in medians.items()), flush=True)
+    args = cases.parser("floor", __doc__).parse_args(argv)
+    for built, poll in cases.kernel_payloads(smoke=args.smoke):
+        medians = measure(built, repetitions=built.case.repetitions,
+                          poll_messages=poll)["median_s"]
+        datafusion, naive = medians["datafusion"], medians["polars_naive"]
+        print(f"{built.case.name}, {built.encoding}: " + ", ".join(
+            f"{name} {s:.3f} s ({datafusion / s:.2f}x DataFusion, {naive / s:.2f}x naive)"
+            for name, s in medians.items()), flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

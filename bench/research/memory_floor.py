@@ -36,6 +36,7 @@ from typing import Any
 
 from bench.machine import rss_kb
 from bench.memory import bytes_per_group, in_fresh_interpreter, stream
+from bench.research import cases
 from consumer.allocator import ALLOCATOR_ENV
 from consumer.core.aggregate import PartialAggregator
 from consumer.core.emit import ResultEmitter
@@ -128,10 +129,7 @@ def _worker(spec: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.research memory_floor",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes")
+    parser = cases.parser("memory_floor", __doc__)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:

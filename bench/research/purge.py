@@ -34,7 +34,7 @@ import polars as pl
 
 from bench import kernel, memory
 from bench.payloads import build
-from bench.research import jemalloc
+from bench.research import cases, jemalloc
 from bench.research.memory_floor import FULL_POINTS, SMOKE_POINTS
 from bench.sizes import FULL, SMOKE, KernelCase
 from consumer.core.aggregate import PartialAggregator
@@ -94,10 +94,7 @@ def measure_kernel(case: KernelCase, poll_messages: int, *,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.research purge",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes")
+    parser = cases.parser("purge", __doc__)
     parser.add_argument("--min-rows", type=int, default=100_000,
                         help="purge only after merges into states of this many groups "
                              "(0: after every merge)")

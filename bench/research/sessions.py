@@ -64,6 +64,3 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{best['held']:>12,.0f} {best['emitted']:>10,.0f} {best['late']:>6,.0f}")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

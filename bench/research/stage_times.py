@@ -24,7 +24,6 @@ poll grouped, the partials merged), ``encode``. Runs interleave; medians are pri
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -32,9 +31,9 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 from unittest import mock
 
-from bench import kernel, payloads, polars_floor
+from bench import kernel, polars_floor
 from bench.payloads import Payloads
-from bench.sizes import FULL, SMOKE
+from bench.research import cases
 from consumer.core import pipeline
 from consumer.core.aggregate import PartialAggregator
 from consumer.core.decode import Decoder
@@ -113,21 +112,11 @@ def measure(built: Payloads, *, repetitions: int, poll: int) -> dict[str, dict[s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.research stage_times",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes")
-    args = parser.parse_args(argv)
-    sizes = SMOKE if args.smoke else FULL
-    for case in sizes.kernel_cases:
-        for encoding in payloads.ENCODINGS:
-            medians = measure(payloads.build(case, encoding), repetitions=case.repetitions,
-                              poll=sizes.poll_messages)
-            for who, stages in medians.items():
-                print(f"{case.name}, {encoding}, {who}: " + ", ".join(
-                    f"{name} {s:.3f}" for name, s in stages.items()), flush=True)
+    args = cases.parser("stage_times", __doc__).parse_args(argv)
+    for built, poll in cases.kernel_payloads(smoke=args.smoke):
+        medians = measure(built, repetitions=built.case.repetitions, poll=poll)
+        for who, stages in medians.items():
+            print(f"{built.case.name}, {built.encoding}, {who}: " + ", ".join(
+                f"{name} {s:.3f}" for name, s in stages.items()), flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

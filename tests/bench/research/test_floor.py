@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from polars.testing import assert_frame_equal
 from pyarrow import ipc
 
 from bench import kernel, payloads
@@ -36,13 +37,12 @@ def test_input_unchecked_skips_validation_only_while_open() -> None:
 
 
 @pytest.mark.parametrize("encoding", payloads.ENCODINGS)
-def test_arrowagg_unchecked_gives_arrowaggs_result(encoding: payloads.Encoding) -> None:
+def test_the_runs_without_checks_give_duckdbs_result(encoding: payloads.Encoding) -> None:
     built = payloads.build(KernelCase("toy", 6, 400, 30, 3), encoding)
-    kernel.check_agreement({
-        "arrowagg": kernel.run_arrowagg(built, 2),
-        "arrowagg_unchecked": floor.run_arrowagg_unchecked(built, 2),
-        "polars_from_bytes": floor.run_polars_from_bytes(built, 2),
-    })
+    reference = kernel.normalised(kernel.run_duckdb(built, 2))
+    for run in (floor.run_arrowagg_unchecked, floor.run_polars_from_bytes):
+        got = kernel.normalised(run(built, 2)).select(reference.columns)
+        assert_frame_equal(got, reference, check_exact=False, rel_tol=1e-9)
 
 
 def test_every_run_agrees_and_is_timed() -> None:

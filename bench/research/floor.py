@@ -62,7 +62,7 @@ def _packed_key(frame: pl.DataFrame, payloads: Payloads) -> pl.Expr:
     Dictionary keys arrive as categoricals whose physical ids are stable across
     messages; plain keys are cast to categoricals of their own first. The bit widths come
     from the data, so the packing is one-to-one (checked: at most 63 bits)."""
-    categories = pl.Categorical(pl.Categories("bench.floor.keys"))
+    categories = pl.Categorical(pl.Categories("bench.research.floor.keys"))
     ids = [(pl.col(k) if isinstance(frame.schema[k], pl.Categorical) else
             pl.col(k).cast(categories)).to_physical().cast(pl.Int64)
            for k in plan_of(payloads).keys]

@@ -15,7 +15,7 @@ stage's peak over the RSS it started from is read from the kernel's VmHWM, reset
 The steady live RSS is the pipeline with its open windows' states and the partials
 waiting beside them; the highest peak of a stage is the working set, what RSS
 stays at with any decay setting that keeps freed pages for a while
-(docs/benchmark-findings.md, the memory). The memory target has to fit the latter.
+(docs/benchmark-findings.md, "Memory"). The memory target has to fit the latter.
 
 Each stage is measured by wrapping the product's methods for the run: an instrument for
 research, which ``make bench`` never does.

@@ -92,6 +92,7 @@ def test_the_harness_writes_figures_for_every_peer(
     assert all(r["rows_per_s"] > 0 for r in runs)
     assert all((r["repartition_bytes"] > 0) == (r["mode"] == "two stages") for r in runs)
     text = doc.read_text()
+    assert len(text.splitlines()) <= 200
     for said in ("## Against the tools you would use instead", "## Reading the broker",
                  "## Aggregation kernel", "### Per open group, end to end",
                  "### While streaming", "## Latency", "Early results (`window.emit_every_ms:",

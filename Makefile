@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv lint typecheck unit test compose-test demo bench broker-start broker-stop broker-status clean
+.PHONY: venv lint typecheck unit test research compose-test demo bench broker-start broker-stop broker-status clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "arrowagg needs Python 3.11+; set PYTHON=python3.11")'
@@ -39,6 +39,12 @@ compose-test: venv
 
 unit: venv
 	$(PY) -m pytest -m 'not integration'
+
+# The research instruments' tests (bench/research/: experiments that patch the product for
+# the run, and slow ones). tests/bench/research/conftest.py leaves them out of every run
+# that does not name them, make unit and make test included.
+research: venv
+	$(PY) -m pytest -m research tests/bench/research
 
 demo: venv
 	$(PY) scripts/demo
@@ -80,7 +86,8 @@ $(FLINK_JARS): bench/flink/pom.xml
 # Installs the bench extra (once per pyproject.toml change) and the end-to-end peers
 # (Quix Streams, Bytewax, Denormalized, PyFlink) in interpreters of their own under .venv/
 # and the JVM peers' parts, then runs the harness: bench/results/*.json and
-# docs/benchmarks.md (with docs/benchmarks.png). A peer that could not be set up is
+# docs/benchmarks.md (with docs/benchmarks.png; `python -m bench --render-only` rewrites
+# them from the stored results). A peer that could not be set up is
 # reported as skipped, with the reason.
 bench: venv $(FLINK_JARS) $(KSTREAMS_BUILT)
 	@if [ ! $(VENV)/.bench-stamp -nt pyproject.toml ]; then \

@@ -1,8 +1,10 @@
-"""``python -m bench`` (``make bench``): run the sections, print and write the results."""
+"""``python -m bench`` (``make bench``): run the sections, print and write the results;
+``--render-only`` writes docs/benchmarks.md again from the results already there."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -32,15 +34,20 @@ from bench import (
 from bench.broker import broker, delete_topics, kafka_version
 from bench.machine import describe, machine_info
 from bench.plot import draw
+from bench.report_sections import PEER_NAMES
+from bench.report_targets import targets
 from bench.sizes import FULL, SMOKE, Sizes
 
 SECTIONS = ("kernel", "e2e", "peers", "memory", "latency", "scale_out",
             "scale_out_containers")
-TEXT = Path(__file__).resolve().parent / "text"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.render_only:
+        stored = json.loads((Path(args.results) / "all.json").read_text())
+        write_page(stored, Path(args.doc), plot=not args.no_plot)
+        return 0
     sizes = SMOKE if args.smoke else FULL
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     started = time.monotonic()
@@ -92,6 +99,8 @@ def _parser() -> argparse.ArgumentParser:
                         f"(comma-separated: {','.join(peers.BY_NAME)})")
     parser.add_argument("--update", action="store_true",
                         help="keep the sections not run from the results already there")
+    parser.add_argument("--render-only", action="store_true",
+                        help="run nothing: write the page (and plot) from RESULTS/all.json")
     return parser
 
 
@@ -110,7 +119,7 @@ def run_kernel(sizes: Sizes) -> list[dict[str, Any]]:
             cases.append(figures)
             ours = figures["peers"]["arrowagg"]["rows_per_s"]
             print("   " + ", ".join(
-                f"{report.PEER_NAMES[p]} {f['rows_per_s'] / 1e6:.1f} Mrows/s "
+                f"{PEER_NAMES[p]} {f['rows_per_s'] / 1e6:.1f} Mrows/s "
                 f"({ours / f['rows_per_s']:.2f}x)" for p, f in figures["peers"].items()),
                 flush=True)
     return cases
@@ -250,14 +259,17 @@ def run_latency(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
 def write_outputs(results: dict[str, Any], directory: Path, doc: Path, *, plot: bool) -> None:
     for path in report.write_json(results, directory):
         print(f"wrote {path.name}", flush=True)
+    write_page(results, doc, plot=plot)
+
+
+def write_page(results: dict[str, Any], doc: Path, *, plot: bool) -> None:
+    """docs/benchmarks.md (and its plot beside it) from ``results``; the targets printed."""
     doc.parent.mkdir(parents=True, exist_ok=True)
     if plot:
         draw(results, doc.parent / report.PLOT_NAME)
-    method = (TEXT / "method.md").read_text()
-    findings = (TEXT / "findings.md").read_text()
-    text = report.markdown(results, method=method, findings=findings, plot=plot)
-    doc.write_text(scale_out_containers.with_section(text, results))
-    for target, measured, met in report.targets(results):
+    doc.write_text(report.markdown(results, plot=plot))
+    print(f"wrote {doc}", flush=True)
+    for target, measured, met in targets(results):
         verdict = "n/a" if met is None else ("met" if met else "NOT met")
         print(f"target: {target}: {measured} ({verdict})", flush=True)
 

@@ -37,9 +37,9 @@ from confluent_kafka import Consumer
 from pyarrow import ipc
 
 from bench.broker import create_topic, delete_topics, fill
-from bench.floor import encoded_windows, grouped_polls
 from bench.kernel import schema_of
 from bench.payloads import WINDOW_MS, Encoding, Payloads, build, sentinel
+from bench.polars_floor import encoded_windows, grouped_polls
 from bench.read_ahead import read_ahead
 from bench.sizes import KernelCase
 from consumer.compose import build_pipeline, build_processor

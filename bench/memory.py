@@ -26,10 +26,6 @@ from bench.sizes import KernelCase
 
 ROWS_PER_MESSAGE = 50_000
 POLLS_PER_WINDOW = 10
-# The bytes streamed, the two cardinalities compared and the messages a poll, for the
-# memory floor's experiments (bench.memory_floor, bench.purge): 4 GB at 10k and 1M groups.
-FULL_POINTS = (4e9, (10_000, 1_000_000), 16)
-SMOKE_POINTS = (1e8, (100, 2_000), 1)
 
 
 def stream(total_bytes: float, groups: int, poll_messages: int) -> dict[str, Any]:

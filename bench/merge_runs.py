@@ -17,7 +17,8 @@ from bench.machine import describe
 
 # Where each section's figures live in the results; the peers share "e2e" with the readers.
 PLACES = {"kernel": ("kernel",), "e2e": ("e2e", "encodings"), "peers": ("e2e", "peers"),
-          "memory": ("memory",), "latency": ("latency",), "scale_out": ("scale_out",)}
+          "memory": ("memory",), "latency": ("latency",), "scale_out": ("scale_out",),
+          "scale_out_containers": ("scale_out_containers",)}
 PEER_KEYS = ("peers", "peer_memory")
 
 
@@ -27,7 +28,7 @@ def merged(previous_file: Path, results: dict[str, Any], sections: list[str],
     if not previous_file.exists():
         return results
     previous: dict[str, Any] = json.loads(previous_file.read_text())
-    kept = [s for s in PLACES if s not in sections and _has(previous, s)]
+    kept = [s for s in PLACES if s not in sections and holds(previous, PLACES[s])]
     out = dict(results)
     if "peers" in sections:  # a run of some peers (--peers) keeps the others' figures
         out["e2e"] = {**out.get("e2e", {}), **{
@@ -53,10 +54,11 @@ def merged(previous_file: Path, results: dict[str, Any], sections: list[str],
     return out
 
 
-def _has(results: dict[str, Any], section: str) -> bool:
+def holds(results: dict[str, Any], path: tuple[str, ...]) -> bool:
+    """Whether ``results`` has figures at ``path`` (keys into nested sections)."""
     found: Any = results
-    for key in PLACES[section]:
+    for key in path:
         if not isinstance(found, dict) or key not in found:
             return False
         found = found[key]
-    return True
+    return bool(found)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.report import PEER_NAMES, gb
+from bench.report_sections import PEER_NAMES
+from bench.tables import gb
 
 
 def draw(results: dict[str, Any], path: Path) -> None:
@@ -39,7 +40,7 @@ def _plot_kernel(ax: Any, results: dict[str, Any]) -> None:
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))],
                   [f"{c['case']}\n{c['encoding']}" for c in cases], fontsize=7)
     ax.set_ylabel("Mrows/s (median)")
-    ax.set_title("1. aggregation kernel")
+    ax.set_title("aggregation kernel")
     ax.legend(fontsize=7)
 
 
@@ -57,7 +58,7 @@ def _plot_e2e(ax: Any, results: dict[str, Any]) -> None:
     ax.set_xticks(range(len(values)), labels, fontsize=6, rotation=25)
     ax.set_yscale("log")
     ax.set_ylabel("Mrows/s (log)")
-    ax.set_title("2. end to end through the broker")
+    ax.set_title("end to end through the broker")
 
 
 def _plot_memory(ax: Any, results: dict[str, Any]) -> None:
@@ -68,7 +69,7 @@ def _plot_memory(ax: Any, results: dict[str, Any]) -> None:
                 label=f"{gb(run['bytes'])}, {run['groups']:,} groups")
     ax.set_xlabel("GB streamed")
     ax.set_ylabel("VmRSS MB")
-    ax.set_title("3. RSS while streaming (kernel path)")
+    ax.set_title("RSS while streaming (kernel path)")
     ax.legend(fontsize=7)
 
 
@@ -80,5 +81,5 @@ def _plot_latency(ax: Any, results: dict[str, Any]) -> None:
     ax.axvline(250, color="grey", linestyle=":")
     ax.set_xlabel("window close -> readable, ms")
     ax.set_ylabel("fraction of windows")
-    ax.set_title("4. latency (CDF)")
+    ax.set_title("latency (CDF)")
     ax.legend(fontsize=7)

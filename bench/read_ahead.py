@@ -1,7 +1,7 @@
 """Polls read in a thread of their own, a few ahead of the thread that aggregates them.
 
 The benchmarks' prefetching readers (bench.e2e's overlapped loop and Polars reader,
-bench.floor's Polars read-ahead floor) share this: pyarrow's reads and Polars' queries
+bench.polars_floor's read-ahead floor) share this: pyarrow's reads and Polars' queries
 release the GIL, so reading the next poll can overlap grouping this one.
 """
 

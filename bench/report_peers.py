@@ -7,20 +7,14 @@ from typing import Any
 
 from bench.tables import markdown_table as _table
 
-PEERS_INTRO = """### The whole job against the tools a user would pick instead
-
+PEERS_INTRO = """\
 Each peer, written as a fluent user of it writes the job, drains its slice (20,000 rows
-a 10-second window over 200 groups; one partition; a closing row per group) from a fresh
-topic and writes its results to another, in a process of its own launched by the harness.
-Every result is checked against DuckDB before any figure counts. *Startup*: launch to the
-first input message in the peer's hands; *steady*: rows over first input to last result
-(as the broker appended it; for arrowagg, the commit that made it readable); launch to
-last result is both together, so on a short slice it is mostly startup. The steady ratio
-is per row (the slices differ only in how many windows they hold); the launch-to-last one
-compares the peer's whole run with arrowagg's startup plus the same rows at arrowagg's
-steady rate: the same job from launch. *Machine load*: the 1-minute load average when the
-(median) run started; arrowagg's runs are spread over the section, so its median sees the
-same drift as the peers."""
+a 10-second window over 200 groups, one partition) from a fresh topic into another, in a
+process of its own; every result is checked against DuckDB before any figure counts.
+*Startup*: launch to the first input in the peer's hands; *steady*: rows over first
+input to last result. The steady ratio is per row; the launch-to-last one sets the
+peer's whole run against arrowagg's startup plus the same rows at its steady rate.
+*Machine load*: the 1-minute load average when the run started."""
 
 
 def peers_table(results: dict[str, Any]) -> str:
@@ -70,17 +64,11 @@ def peers_uneven(results: dict[str, Any]) -> str:
                      for name, fig in peers.items() if "uneven" in fig)
 
 
-PEER_MEMORY_INTRO = """#### Memory per open group, end to end
-
-Each peer below runs the same whole job over a slice with every window holding the
-given number of groups (one row a group and window at a million groups), its process
-group's resident memory sampled every 0.2 s (PyFlink's JVM and its Python together), its
-results checked against DuckDB. *Steady*: the median over the second half of the run
-(first input to last result), as section 3 reads arrowagg's kernel path; *per open
-group*: the steady difference between the two cardinalities over the groups between
-them. Each keeps its state where it does by default (Flink: the heap state backend;
-Kafka Streams: RocksDB, and suppress's buffer on the heap; the JVMs with their default
-heap limits). arrowagg's daemon is run the same way, beside its section 3 figure."""
+PEER_MEMORY_INTRO = """\
+The same whole job over two windows of a million rows, with 10,000 and then 1,000,000
+groups in each; the process group's RSS sampled every 0.2 s. An open group costs the
+steady difference (the median over the second half) over the groups between. Each peer
+keeps its state where it does by default (Flink: the heap; Kafka Streams: RocksDB)."""
 
 
 def peer_memory_table(results: dict[str, Any]) -> str:
@@ -93,11 +81,11 @@ def peer_memory_table(results: dict[str, Any]) -> str:
             continue
         rows += [[label, f"{run['groups']:,}", f"{run['rows']:,}", *_rss(run),
                   _per_group(fig) if run is fig["runs"][-1] else ""] for run in fig["runs"]]
-    if section_3 := results.get("memory", {}).get("sweep"):
-        low, high = section_3[0], section_3[-1]
-        rows.append(["arrowagg kernel path (section 3)", f"{high['groups']:,}",
+    if kernel_path := results.get("memory", {}).get("sweep"):
+        low, high = kernel_path[0], kernel_path[-1]
+        rows.append(["arrowagg kernel path (below)", f"{high['groups']:,}",
                      f"{high['rows']:,}", f"{high['steady_rss_mb']:,.0f}",
-                     f"{high['peak_rss_mb']:,.0f}", "", f"{_section_3_bytes(low, high):,.0f}"])
+                     f"{high['peak_rss_mb']:,.0f}", "", f"{_kernel_path_bytes(low, high):,.0f}"])
     return _table(["peer", "groups a window", "rows", "steady RSS MB", "peak RSS MB",
                    "steady rows/s", "bytes per open group"], rows)
 
@@ -115,7 +103,7 @@ def _per_group(fig: dict[str, Any]) -> str:
     return f"{fig['bytes_per_group']:,.0f}"
 
 
-def _section_3_bytes(low: dict[str, Any], high: dict[str, Any]) -> float:
+def _kernel_path_bytes(low: dict[str, Any], high: dict[str, Any]) -> float:
     from bench.memory import bytes_per_group  # noqa: PLC0415 - polars loads slowly
 
     return bytes_per_group(low["steady_rss_mb"], high["steady_rss_mb"], low["groups"],

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from bench.report import targets
+from bench import kernel_floor
+from bench.report import markdown
+from bench.report_targets import targets
 
 
 def sweep_point(groups: int, steady_kib: int) -> dict[str, Any]:
@@ -75,3 +79,60 @@ def test_the_memory_target_names_the_peers_as_anchors() -> None:
     [(_, figure, _)] = [row for row in targets(results)
                         if row[0].startswith("memory per open group")]
     assert figure == "410 bytes; end to end: Flink SQL 1,234"
+
+
+# -- the page ----------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_LINES = 200
+ORDER = ["## The machine", "## Against the tools you would use instead",
+         "## Reading the broker", "## Aggregation kernel", "## Memory", "## Latency",
+         "## Scale-out", "## Targets", "## How it is measured"]
+
+
+def stored_results() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((REPO / "bench" / "results" / "all.json").read_text())
+    return loaded
+
+
+def every_section(results: dict[str, Any]) -> dict[str, Any]:
+    """``results`` with what a run may add to them: the floors beside every kernel case,
+    the early results' latency, the scale-out in containers."""
+    for case in results["kernel"]:
+        arrowagg = case["peers"]["arrowagg"]
+        case["peers"].update({name: dict(arrowagg) for name in kernel_floor.SHAPES})
+    results["latency"]["running"] = {"emit_every_ms": 1_000, "window_ms": 10_000,
+                                     "provisional_messages": 40, "p50_ms": 20.0,
+                                     "p99_ms": 40.0, "max_ms": 45.0}
+    results["scale_out_containers"] = {
+        "cpus_per_daemon": 0.5, "input_partitions": 4, "repartition_partitions": 6,
+        "windows": 8, "rows": 10_000_000, "input_bytes": 5e8, "engine": "private dockerd",
+        "runs": [{"instances": n, "ready_s": 5.0, "seconds": 10.0 / n, "rows_per_s": 1e6 * n,
+                  "daemon_cpu_s": 4.0, "broker_cpu_s": 2.0, "publisher_cpu_s": 1.0}
+                 for n in (1, 2, 3)]}
+    return results
+
+
+def headings(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("## ")]
+
+
+def test_the_page_is_short_and_in_the_order_a_user_asks() -> None:
+    text = markdown(every_section(stored_results()), plot=True)
+    assert len(text.splitlines()) <= MAX_LINES
+    found = headings(text)
+    assert [next(h for h in found if h.startswith(start)) for start in ORDER] == found
+    assert text.count("](benchmark-findings.md)") == 1
+    assert text.index("](benchmark-findings.md)") > text.index(ORDER[-1])
+    for said in ("Quix Streams", "Bytewax", "Denormalized", "Flink SQL", "Kafka Streams",
+                 "Early results", "slower than one", "In containers",
+                 "kernel within 1.15x the Polars floor's time"):
+        assert said in text
+
+
+def test_the_committed_page_is_the_stored_results_rendered() -> None:
+    page = (REPO / "docs" / "benchmarks.md").read_text()
+    assert len(page.splitlines()) <= MAX_LINES
+    rendered = markdown(stored_results(), plot="![benchmark figures]" in page)
+    assert page == rendered, ("docs/benchmarks.md is not what bench/report.py writes from "
+                              "bench/results/all.json: python -m bench --render-only")

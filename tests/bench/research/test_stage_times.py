@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench import kernel, payloads, stage_times
+from bench import kernel, payloads
+from bench.research import stage_times
 from bench.sizes import KernelCase
 from consumer.core.aggregate import PartialAggregator
 from wire import input as wire_input

@@ -1,8 +1,8 @@
 """Session windows against tumbling windows on the same input, through the daemon's own
 per-poll pipeline (``bench.daemon_path``): decode, windows, aggregation, close, encode.
 
-    python -m bench.sessions            # 4M rows, 10k groups
-    python -m bench.sessions --smoke    # a few seconds
+    python -m bench.research sessions            # 4M rows, 10k groups
+    python -m bench.research sessions --smoke    # a few seconds
 
 The input is the kernel bench's (``bench.payloads``): each group has a row every ~200 ms
 of event time, so a 1 s gap makes one long session per group and a 100 ms gap many
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from bench.daemon_path import PipelineDriver, bench_settings
@@ -47,8 +48,8 @@ def run(values: list[bytes], window: dict[str, Any], poll_messages: int) -> dict
             "late": driver.pipeline.counters.late_rows}
 
 
-def main(argv: list[str]) -> None:
-    smoke = "--smoke" in argv
+def main(argv: Sequence[str] | None = None) -> int:
+    smoke = "--smoke" in (sys.argv[1:] if argv is None else argv)
     case = (KernelCase("smoke", 8, 5_000, 1_000, 2) if smoke
             else KernelCase("4M rows, 10k groups", 80, 50_000, 10_000, 10))
     payloads = build(case, "plain")
@@ -61,7 +62,5 @@ def main(argv: list[str]) -> None:
                    key=lambda r: r["seconds"])
         print(f"{name:<28} {payloads.rows / best['seconds']:>12,.0f} "
               f"{best['held']:>12,.0f} {best['emitted']:>10,.0f} {best['late']:>6,.0f}")
+    return 0
 
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import jemalloc, purge
+from bench.research import jemalloc, purge
 from consumer.core.aggregate import PartialAggregator
 
 
@@ -23,7 +23,7 @@ def test_a_purge_hands_freed_pages_back() -> None:
     script = textwrap.dedent("""
         import consumer
         import polars as pl
-        from bench import jemalloc
+        from bench.research import jemalloc
         from bench.machine import rss_kb
         frame = pl.DataFrame({"k": pl.int_range(20_000_000, eager=True) % 1_000_000})
         grouped = frame.group_by("k").agg(pl.len())

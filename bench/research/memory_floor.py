@@ -14,11 +14,14 @@ stage's peak over the RSS it started from is read from the kernel's VmHWM, reset
 
 The steady live RSS is the pipeline with its open windows' states and the partials
 waiting beside them; the highest peak of a stage is the working set, what RSS
-stays at with any decay setting that keeps freed pages for a while (bench/text/findings.md,
-tenth round). The memory target has to fit the latter.
+stays at with any decay setting that keeps freed pages for a while
+(docs/benchmark-findings.md, "Memory"). The memory target has to fit the latter.
 
-    python -m bench.memory_floor            # 4 GB at 10k and at 1M groups
-    python -m bench.memory_floor --smoke
+Each stage is measured by wrapping the product's methods for the run: an instrument for
+research, which ``make bench`` never does.
+
+    python -m bench.research memory_floor            # 4 GB at 10k and at 1M groups
+    python -m bench.research memory_floor --smoke
 """
 
 from __future__ import annotations
@@ -32,10 +35,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import rss_kb
-from bench.memory import FULL_POINTS, SMOKE_POINTS, bytes_per_group, in_fresh_interpreter, stream
+from bench.memory import bytes_per_group, in_fresh_interpreter, stream
+from bench.research import cases
 from consumer.allocator import ALLOCATOR_ENV
 from consumer.core.aggregate import PartialAggregator
 from consumer.core.emit import ResultEmitter
+
+# The bytes streamed, the two cardinalities compared and the messages a poll, for the
+# memory experiments (this and bench.research.purge): 4 GB at 10k and 1M groups.
+FULL_POINTS = (4e9, (10_000, 1_000_000), 16)
+SMOKE_POINTS = (1e8, (100, 2_000), 1)
 
 # Appended to the environment's own setting, so it wins (consumer/allocator.py puts its
 # arena count first).
@@ -99,7 +108,7 @@ def measure(total_bytes: float, groups: int, poll_messages: int) -> dict[str, An
     """``stream_live`` in a fresh interpreter that hands freed memory back at once."""
     env = dict(os.environ)
     env[ALLOCATOR_ENV] = ",".join(filter(None, [env.get(ALLOCATOR_ENV), PURGE_AT_ONCE]))
-    return in_fresh_interpreter(["bench.memory_floor", "--worker"], total_bytes, groups,
+    return in_fresh_interpreter(["bench.research.memory_floor", "--worker"], total_bytes, groups,
                                 poll_messages, env=env)
 
 
@@ -120,9 +129,7 @@ def _worker(spec: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.memory_floor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes")
+    parser = cases.parser("memory_floor", __doc__)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:

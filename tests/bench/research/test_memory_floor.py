@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import memory_floor
+from bench.research import memory_floor
 from consumer.core.aggregate import PartialAggregator
 from consumer.core.emit import ResultEmitter
 

@@ -3,7 +3,7 @@
 ``bench.kernel_floor`` says how far arrowagg is from the floor; this says where the rest
 goes. arrowagg's kernel run (``bench.kernel.run_arrowagg``: the daemon's pipeline) is
 timed whole and with each stage's calls timed as they happen (wall time, the calls
-wrapped as ``bench.memory_floor`` wraps them for RSS):
+wrapped as ``bench.research.memory_floor`` wraps them for RSS):
 
 - ``checks``: ``wire.input``'s checks of untrusted bytes (declared sizes, schema text,
   full validation);
@@ -14,17 +14,16 @@ wrapped as ``bench.memory_floor`` wraps them for RSS):
 - ``encode``: the results encoded as output records;
 - ``other``: the whole less the above (window bookkeeping, offsets, commit points).
 
-The floor (``bench.floor``'s per-poll shape, arrowagg's own) is timed in the same
+The floor (``bench.polars_floor``'s per-poll shape, arrowagg's own) is timed in the same
 stages where it has them: ``read`` (pyarrow, no validation), ``group + merge`` (each
 poll grouped, the partials merged), ``encode``. Runs interleave; medians are printed.
 
-    python -m bench.stage_times            # the full kernel cases, both encodings
-    python -m bench.stage_times --smoke
+    python -m bench.research stage_times            # the full kernel cases, both encodings
+    python -m bench.research stage_times --smoke
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -32,9 +31,9 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 from unittest import mock
 
-from bench import floor, kernel, payloads
+from bench import kernel, polars_floor
 from bench.payloads import Payloads
-from bench.sizes import FULL, SMOKE
+from bench.research import cases
 from consumer.core import pipeline
 from consumer.core.aggregate import PartialAggregator
 from consumer.core.decode import Decoder
@@ -86,11 +85,12 @@ def arrowagg_stages(built: Payloads, poll: int) -> dict[str, float]:
 
 def floor_stages(built: Payloads, poll: int) -> dict[str, float]:
     """The floor's per-poll shape, its stages one after the other."""
-    plan = floor._plan(built)
+    plan = polars_floor.plan_of(built)
     seconds: dict[str, float] = {}
-    polls: list[Any] = _timed(seconds, "read", lambda: list(floor._read_polls(built, poll)))
-    grouped = _timed(seconds, "group + merge", lambda: floor.grouped_polls(polls, plan))
-    _timed(seconds, "encode", lambda: floor.encoded_windows(grouped))
+    polls: list[Any] = _timed(seconds, "read",
+                              lambda: list(polars_floor.read_polls(built, poll)))
+    grouped = _timed(seconds, "group + merge", lambda: polars_floor.grouped_polls(polls, plan))
+    _timed(seconds, "encode", lambda: polars_floor.encoded_windows(grouped))
     return {**seconds, "whole": sum(seconds.values())}
 
 
@@ -112,20 +112,11 @@ def measure(built: Payloads, *, repetitions: int, poll: int) -> dict[str, dict[s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.stage_times", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes")
-    args = parser.parse_args(argv)
-    sizes = SMOKE if args.smoke else FULL
-    for case in sizes.kernel_cases:
-        for encoding in payloads.ENCODINGS:
-            medians = measure(payloads.build(case, encoding), repetitions=case.repetitions,
-                              poll=sizes.poll_messages)
-            for who, stages in medians.items():
-                print(f"{case.name}, {encoding}, {who}: " + ", ".join(
-                    f"{name} {s:.3f}" for name, s in stages.items()), flush=True)
+    args = cases.parser("stage_times", __doc__).parse_args(argv)
+    for built, poll in cases.kernel_payloads(smoke=args.smoke):
+        medians = measure(built, repetitions=built.case.repetitions, poll=poll)
+        for who, stages in medians.items():
+            print(f"{built.case.name}, {built.encoding}, {who}: " + ", ".join(
+                f"{name} {s:.3f}" for name, s in stages.items()), flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

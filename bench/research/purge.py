@@ -1,10 +1,10 @@
 """The memory target against a purge after each merge: what handing pages back costs.
 
-``bench.memory_floor`` found that RSS stays at the merge's working set whenever jemalloc
+``bench.research.memory_floor`` found that RSS stays at the merge's working set whenever jemalloc
 keeps freed pages, and that purging on every free (``dirty_decay_ms:0``) halves RSS and
 doubles the kernel's time. This measures the middle way a daemon could take if Polars let
 it: keep the decay, and purge every arena once a merge is done (through Polars'
-unexported ``mallctl``, ``bench.jemalloc``), only after merges whose state has at least
+unexported ``mallctl``, ``bench.research.jemalloc``), only after merges whose state has at least
 ``--min-rows`` groups (100k by default: a daemon at 10k groups never purges). Both sides
 run the daemon's pipeline:
 
@@ -13,8 +13,11 @@ run the daemon's pipeline:
 - kernel: ``bench.kernel``'s arrowagg run with dictionary keys, 10k and 1M groups, with
   and without the purge, repetitions interleaved in one process.
 
-    python -m bench.purge               # 4 GB a memory point, the full kernel cases
-    python -m bench.purge --smoke
+It replaces ``PartialAggregator.merge`` for the run: an experiment, which ``make bench``
+never does.
+
+    python -m bench.research purge               # 4 GB a memory point, the full kernel cases
+    python -m bench.research purge --smoke
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from typing import Any
 
 import polars as pl
 
-from bench import jemalloc, kernel, memory
+from bench import kernel, memory
 from bench.payloads import build
+from bench.research import cases, jemalloc
+from bench.research.memory_floor import FULL_POINTS, SMOKE_POINTS
 from bench.sizes import FULL, SMOKE, KernelCase
 from consumer.core.aggregate import PartialAggregator
 
@@ -70,7 +75,7 @@ def stream(total_bytes: float, groups: int, poll_messages: int,
 def measure_memory(total_bytes: float, groups: int, poll_messages: int,
                    min_rows: int | None) -> dict[str, Any]:
     mode = ["--no-purge"] if min_rows is None else ["--min-rows", str(min_rows)]
-    return memory.in_fresh_interpreter(["bench.purge", *mode, "--worker"], total_bytes,
+    return memory.in_fresh_interpreter(["bench.research.purge", *mode, "--worker"], total_bytes,
                                        groups, poll_messages)
 
 
@@ -89,9 +94,7 @@ def measure_kernel(case: KernelCase, poll_messages: int, *,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.purge", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes")
+    parser = cases.parser("purge", __doc__)
     parser.add_argument("--min-rows", type=int, default=100_000,
                         help="purge only after merges into states of this many groups "
                              "(0: after every merge)")
@@ -105,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 None if args.no_purge else args.min_rows)))
         return 0
     min_rows = args.min_rows
-    total, groups, poll = memory.SMOKE_POINTS if args.smoke else memory.FULL_POINTS
+    total, groups, poll = SMOKE_POINTS if args.smoke else FULL_POINTS
     runs = {mode: [measure_memory(total, g, poll, rows) for g in groups]
             for mode, rows in (("kept", None), ("purged", min_rows))}
     for mode, (low, high) in runs.items():

@@ -5,7 +5,7 @@ no setting lets a process hand freed pages back at a moment of its choosing, the
 Redis's ``MEMORY PURGE`` does. The runtime library keeps its full symbol table, though:
 ``_rjem_mallctl``'s offset is read from the ELF ``.symtab`` and placed against where the
 library's exported ``PyInit_`` symbol was loaded. That is a measuring instrument for
-``bench.purge``, not something to ship: a stripped Polars wheel would have no table (the
+``bench.research.purge``, not something to ship: a stripped Polars wheel would have no table (the
 lookup then raises ``LookupError``), and nothing checks the signature but the call.
 """
 

@@ -1,13 +1,15 @@
-"""bench.floor's instruments: what they switch off is off only while they run, and the
-Polars floors in arrowagg's shape give arrowagg's result."""
+"""bench.research.floor: what it switches off is off only while it runs, and every run
+it times agrees with arrowagg's result."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from polars.testing import assert_frame_equal
 from pyarrow import ipc
 
-from bench import floor, kernel, payloads
+from bench import kernel, payloads
+from bench.research import floor
 from bench.sizes import KernelCase
 from wire.input import WireFormatError, decode_ipc_stream
 
@@ -35,11 +37,19 @@ def test_input_unchecked_skips_validation_only_while_open() -> None:
 
 
 @pytest.mark.parametrize("encoding", payloads.ENCODINGS)
-def test_the_per_poll_floors_give_arrowaggs_result(encoding: payloads.Encoding) -> None:
+def test_the_runs_without_checks_give_duckdbs_result(encoding: payloads.Encoding) -> None:
     built = payloads.build(KernelCase("toy", 6, 400, 30, 3), encoding)
-    kernel.check_agreement({
-        "arrowagg": kernel.run_arrowagg(built, 2),
-        "arrowagg_unchecked": floor.run_arrowagg_unchecked(built, 2),
-        "polars_per_poll": floor.decoded_rows(floor.run_polars_per_poll(built, 2)),
-        "polars_read_ahead": floor.decoded_rows(floor.run_polars_read_ahead(built, 2)),
-    })
+    reference = kernel.normalised(kernel.run_duckdb(built, 2))
+    for run in (floor.run_arrowagg_unchecked, floor.run_polars_from_bytes):
+        got = kernel.normalised(run(built, 2)).select(reference.columns)
+        assert_frame_equal(got, reference, check_exact=False, rel_tol=1e-9)
+
+
+def test_every_run_agrees_and_is_timed() -> None:
+    built = payloads.build(KernelCase("toy", 4, 500, 50, 2), "dictionary")
+    figures = floor.measure(built, repetitions=1, poll_messages=2)
+    assert set(figures["median_s"]) == {
+        "arrowagg", "arrowagg_unchecked", "datafusion", "polars_from_bytes",
+        "polars_with_output", "polars_per_poll", "polars_read_ahead", "polars_naive",
+        "polars_group_by", "int_key_in_query", "int_key_group_by", "output"}
+    assert all(s > 0 for s in figures["median_s"].values())

@@ -4,8 +4,8 @@ Polars allocates through its own jemalloc, which by default keeps four arenas a 
 hands each thread one of them; what a thread frees stays in its arena for the next
 allocation made there. The merges run on Polars' whole thread pool, so every arena keeps
 its own high-water mark of transient buffers. One arena a core measured (bench.memory,
-4 GB streamed, three interleaved runs each on one machine; bench/text/findings.md, ninth
-round) 427-472 bytes an open group at a million groups against 483-519 with the defaults,
+4 GB streamed, three interleaved runs each on one machine; docs/benchmark-findings.md)
+427-472 bytes an open group at a million groups against 483-519 with the defaults,
 the kernel within ~3% either way and no measurable end-to-end cost.
 
 jemalloc reads ``_RJEM_MALLOC_CONF`` once, when Polars' library loads, so this has to run

@@ -77,7 +77,7 @@ class Publisher:
         self.max_message_bytes = max_message_bytes
         # String columns go out dictionary-encoded (wire.input.dictionary_keys): the
         # messages are smaller and the daemon groups on the codes instead of hashing
-        # strings (docs/benchmarks.md). Any Arrow reader decodes them to the same values.
+        # strings (docs/benchmark-findings.md). Any Arrow reader decodes them to the same values.
         self.dictionary_strings = dictionary_strings
         self._bootstrap_servers = bootstrap_servers
         self._next_sequence = 0

@@ -4,7 +4,7 @@ String keys are held as ids: categoricals of the aggregator's own ``pl.Categorie
 4 bytes a key where Polars' string views take 16, and grouped like integers where a
 merge by strings row-encodes every string. The strings come back only on the result
 rows (``finalize``). Merging 1M + 800k state rows into 1M groups, four times over:
-RSS +290 MB keyed by two strings, +180-230 MB by their ids (bench/text/findings.md).
+RSS +290 MB keyed by two strings, +180-230 MB by their ids (docs/benchmark-findings.md).
 
 The categories are the aggregator's own, not Polars' global ones: Polars frees a
 ``Categories`` mapping once no data uses it, and this one is renewed from the live state

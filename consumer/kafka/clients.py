@@ -108,7 +108,7 @@ def consumer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dic
         # librdkafka's default (50 MB) let one response fill with four partitions' 16 MB:
         # reading 1 GB then cost 0.7-0.9 s of system time (page faults on fresh buffers;
         # glibc maps every allocation above 32 MB anew), against 0.3 s with 16 MB. The
-        # raw reader is ~25% faster and the daemon ~20% (bench/text/findings.md).
+        # raw reader is ~25% faster and the daemon ~20% (docs/benchmark-findings.md).
         "fetch.max.bytes": 16 * 1024 * 1024,
         # Prefetch while a batch is aggregated. When the local queue is full librdkafka
         # stops fetching for fetch.queue.backoff.ms (default 1 s): the daemon drains the
@@ -117,7 +117,7 @@ def consumer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dic
         # polls (12% faster a GB where freed memory stays with the machine) but holds
         # 192 MB more, and on a VM that hands freed memory back to its host (virtio
         # free page reporting) its extra page faults ran the daemon 1.8-5.2 s a GB
-        # against 1.8-3.1 s (bench/text/findings.md, eighth round).
+        # against 1.8-3.1 s (docs/benchmark-findings.md).
         "queued.max.messages.kbytes": 64 * 1024,
         "fetch.queue.backoff.ms": 10,
         "enable.partition.eof": False,

@@ -41,6 +41,7 @@ from consumer.kafka.topics import (
 )
 from consumer.service.logs import configure_logging
 from wire.broker import DEFAULT_BOOTSTRAP
+from wire.console import quiet_on_closed_pipe
 from wire.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArrowaggError, UsageError
 from wire.files import read_table
 from wire.input import DecodeLimits, decode_ipc_stream
@@ -159,6 +160,10 @@ def _add_tail(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return quiet_on_closed_pipe(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         args = _parser().parse_args(argv)
     except SystemExit as done:  # --help, or a usage error already printed in one line

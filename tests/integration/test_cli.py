@@ -33,6 +33,8 @@ from tests.integration.conftest import (
     wait_all_committed,
 )
 from tests.integration.test_pipeline import KEYS, T0, sensor_table
+from tests.wire.test_console import closed_pipe_run
+from wire.errors import EXIT_PIPE_CLOSED
 from wire.output import OutputFormat, encode_window
 
 pytestmark = pytest.mark.integration
@@ -136,6 +138,20 @@ def test_tail_prints_a_table_per_window(ran: Ran, capsys: pytest.CaptureFixture[
     assert len(heads) == 3
     assert heads[0].startswith("window [2026-01-01T00:00:00.000Z, 2026-01-01T00:00:01.000Z): ")
     assert heads[0].endswith("input rows, final")
+
+
+@pytest.mark.parametrize("argv", [
+    ["--topic", "OUTPUT", "--format", "json"],
+    ["--topic", "OUTPUT"],
+    ["--dlq", "DLQ"],
+])
+def test_tail_into_a_closed_pipe_ends_quietly_as_cat_does(ran: Ran, argv: list[str]) -> None:
+    """``tail ... | head -1``: the reader is gone before the first window is printed."""
+    topics = {"OUTPUT": ran.output, "DLQ": ran.dlq}
+    done = closed_pipe_run("consumer", "tail", "--from-beginning", "--idle-timeout-s", "5",
+                           "--bootstrap-servers", ran.bootstrap,
+                           *(topics.get(arg, arg) for arg in argv))
+    assert (done.returncode, done.stderr.decode()) == (EXIT_PIPE_CLOSED, "")
 
 
 def test_tail_dlq_shows_each_rejected_message_with_its_origin_and_reason(

@@ -26,6 +26,7 @@ from wire.input import (
     decode_ipc_stream,
     encode_for_size,
 )
+from wire.timestamps import rfc3339_columns
 
 CONTENT_TYPE_JSON = "application/x-ndjson"
 HEADER_WINDOW_START = "arrowagg.window-start"
@@ -132,7 +133,7 @@ def encode_window(
 
 
 def _ndjson_chunks(frame: pl.DataFrame, max_bytes: int) -> list[bytes]:
-    text = _json_ready(frame).write_ndjson().encode()
+    text = rfc3339_columns(frame).write_ndjson().encode()
     if len(text) <= max_bytes:
         return [text]
     chunks: list[bytes] = []
@@ -144,17 +145,6 @@ def _ndjson_chunks(frame: pl.DataFrame, max_bytes: int) -> list[bytes]:
         current += line
     chunks.append(bytes(current))
     return chunks
-
-
-def _json_ready(frame: pl.DataFrame) -> pl.DataFrame:
-    """Timestamps as ISO-8601 UTC strings, the form JSON subscribers expect."""
-    stamps = [
-        pl.col(name).dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
-        if dtype.time_zone is not None
-        else pl.col(name).dt.strftime("%Y-%m-%dT%H:%M:%S%.3f")
-        for name, dtype in frame.schema.items() if isinstance(dtype, pl.Datetime)
-    ]
-    return frame.with_columns(stamps) if stamps else frame
 
 
 def encode_window_end(end: WindowEnd) -> OutputMessage:

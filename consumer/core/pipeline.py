@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import polars as pl
 import pyarrow as pa
@@ -42,6 +41,7 @@ from consumer.core.types import (
     PartitionKey,
     partition_names,
 )
+from wire.timestamps import rfc3339_ms
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class Pipeline:
             return decoded  # the usual case: one comparison per message
         kept, future = split_future(decoded, plan.time_column, bound_ms)
         err = RejectedMessageError(FUTURE, f"{future.num_rows} of {decoded.table.num_rows} rows "
-                                   f"have event times after {_iso(bound_ms)}, the wall clock "
+                                   f"have event times after {rfc3339_ms(bound_ms)}, the wall clock "
                                    "plus window.max_future_ms")
         topic, partition = message.partition
         log.warning("rejected rows of %s[%d]@%d: %s", topic, partition, message.offset, err)
@@ -332,7 +332,3 @@ class Pipeline:
 
     def holding_back(self) -> list[PartitionKey]:
         return []
-
-
-def _iso(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")

@@ -28,6 +28,7 @@ from wire.complete import WindowAssembler
 from wire.errors import UsageError
 from wire.input import HEADER_SCHEMA_FINGERPRINT
 from wire.output import OutputFormatError, OutputWindow, decode_message
+from wire.timestamps import rfc3339_columns, rfc3339_datetime, rfc3339_ms
 
 # A bootstrap address, or the daemon's Kafka settings (security included).
 Source = str | KafkaSettings
@@ -253,7 +254,7 @@ def window_json(window: OutputWindow) -> str:
                 "final": window.final, "revision": window.revision, "kind": window.kind,
                 "input_rows": window.window_rows, "chunk": list(window.chunk),
                 "rows": [{k: _finite(v) for k, v in row.items()}
-                         for row in window.frame.to_dicts()]}
+                         for row in rfc3339_columns(window.frame).to_dicts()]}
     return json.dumps(document, default=_jsonable, ensure_ascii=False)
 
 
@@ -269,7 +270,9 @@ def dead_letter_json(letter: DeadLetter) -> str:
 
 
 def _jsonable(value: object) -> object:
-    if isinstance(value, datetime | date):
+    if isinstance(value, datetime):
+        return rfc3339_datetime(value)
+    if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, timedelta):
         return value.total_seconds()
@@ -288,7 +291,4 @@ def _text(value: bytes | None) -> str | None:
 
 
 def _iso(epoch_ms: int | None) -> str | None:
-    if epoch_ms is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_ms / 1000)) + (
-        f".{epoch_ms % 1000:03d}Z")
+    return None if epoch_ms is None else rfc3339_ms(epoch_ms)

@@ -103,9 +103,9 @@ def encode_window(
     row_count) into one or more messages of at most ``max_bytes``; ``input_rows`` is the
     number of input rows it aggregates. ``keys``: the group-key columns, said in a header
     (update revisions need them to be applied)."""
+    frame = _output_columns(frame)
     if fmt == "arrow":
-        # One chunk: a streaming group_by leaves a result in many, and each chunk of a
-        # categorical column would carry (and compress) a dictionary of its own.
+        # One chunk: a streaming group_by leaves a result in many pieces.
         values = encode_for_size(frame.rechunk().to_arrow(), max_bytes=max_bytes,
                                  compression=compression)
         content_type = CONTENT_TYPE
@@ -130,6 +130,17 @@ def encode_window(
         OutputMessage(key, value, [*base, (HEADER_CHUNK, f"{i}/{len(values)}".encode())])
         for i, value in enumerate(values, start=1)
     ]
+
+
+def _output_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` in the output's one schema: string keys as plain strings (Arrow
+    ``large_string``), never categorical. Whether a key arrives dictionary-encoded
+    depends on the worker (the publisher's default), and whether the engine holds it as
+    categorical on the mode (the scale-out's stage 2 merges strings); a subscriber must
+    see neither (docs/wire-format.md)."""
+    categorical = [name for name, dtype in frame.schema.items()
+                   if isinstance(dtype, pl.Categorical | pl.Enum)]
+    return frame.with_columns(pl.col(categorical).cast(pl.String)) if categorical else frame
 
 
 def _ndjson_chunks(frame: pl.DataFrame, max_bytes: int) -> list[bytes]:

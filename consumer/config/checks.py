@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 
 from consumer.config.models import (
     KafkaSettings,
+    KeyPath,
     LibrdkafkaValue,
     Problem,
     Settings,
@@ -103,12 +104,16 @@ def _topic_problems(settings: Settings) -> Iterator[Problem]:
                "late rows and dead letters need a topic each"))
 
 
-def _buffered_aggregates(settings: Settings) -> str:
-    """The configured aggregates that need a window's values, by name ("" if none)."""
+def _buffered_aggregates(settings: Settings) -> list[tuple[KeyPath, str]]:
+    """The configured aggregates that need a window's values: each key, and what it is
+    (``median``, ``quantile``, ``n_unique``, ``an expression``)."""
     aggregation = settings.aggregation
-    buffered = sorted(name for name, func in aggregation.columns.items()
-                      if not isinstance(func, str) or func in HOLISTIC)
-    return ", ".join([*buffered, *aggregation.expressions])
+    found: list[tuple[KeyPath, str]] = [
+        (("aggregation", "columns", name), func if isinstance(func, str) else "quantile")
+        for name, func in sorted(aggregation.columns.items())
+        if not isinstance(func, str) or func in HOLISTIC]
+    return found + [(("aggregation", "expressions", name), "an expression")
+                    for name in aggregation.expressions]
 
 
 def _session_problems(settings: Settings) -> Iterator[Problem]:
@@ -119,10 +124,10 @@ def _session_problems(settings: Settings) -> Iterator[Problem]:
     if settings.window.late == "revise":
         yield (("window", "late"), ("session windows do not revise emitted sessions yet "
                "(a late row can bridge two of them); use topic or drop"))
-    if named := _buffered_aggregates(settings):
-        yield (("aggregation",), (f"session windows take only aggregates that merge (sum, "
-               f"min, max, count, mean, first, last) for now; {named} need the session's "
-               "values"))
+    for key, what in _buffered_aggregates(settings):
+        yield key, (f"{what} needs every value of a session, which session windows do not "
+                    "keep (they take the aggregates that merge: sum, min, max, count, mean, "
+                    "first, last); remove it, or use tumbling or hopping windows")
 
 
 def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
@@ -139,10 +144,10 @@ def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
         yield (("scale_out",), ("cannot revise emitted windows (window.late: revise): stage "
                "2 keeps no state of the windows it has emitted; use window.late: topic or "
                "drop with scale_out"))
-    if named := _buffered_aggregates(settings):
-        yield (("scale_out",), (f"cannot carry aggregates that need the window's values "
-               f"({named}: median, quantile, n_unique and expressions): stage 2 merges "
-               "partial results only; remove them or the scale_out section"))
+    for key, what in _buffered_aggregates(settings):
+        yield key, (f"{what} needs every value of a window, which the scale-out does not "
+                    "bring together (its stage 2 merges partial results); remove it, or "
+                    "the scale_out section")
     output = settings.output
     if scale_out.repartition_topic in {*settings.input.topics, output.topic,
                                        output.late_topic, output.dlq_topic}:

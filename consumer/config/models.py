@@ -180,8 +180,12 @@ class WindowSettings(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if (self.late == "revise") != (self.revision_lateness_ms is not None):
-            raise ValueError("late: revise needs revision_lateness_ms, which only it takes")
+        if self.late == "revise" and self.revision_lateness_ms is None:
+            raise ValueError("late: revise needs revision_lateness_ms: how long past its "
+                             "end an emitted window is kept for late rows to revise it")
+        if self.late != "revise" and self.revision_lateness_ms is not None:
+            raise ValueError(f"revision_lateness_ms applies to late: revise only, and late "
+                             f"is {self.late}; remove it or set late: revise")
         if self.kind == "count":
             if self.count_batches is None and self.count_rows is None:
                 raise ValueError("count windows need count_batches or count_rows")

@@ -51,7 +51,8 @@ class Decoder:
     def decode(self, value: bytes | None, headers: MessageHeaders) -> DecodedMessage:
         if value is not None and len(value) > self._max_message_bytes:
             raise RejectedMessageError(
-                "too-many-bytes", f"message of {len(value)} bytes exceeds max_message_bytes")
+                "too-many-bytes", f"a message of {len(value)} bytes, more than "
+                f"input.max_message_bytes ({self._max_message_bytes})")
         try:
             parse_headers(list(headers.items()) if isinstance(headers, dict) else headers)
             table = decode_ipc_stream(value, self._limits)

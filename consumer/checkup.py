@@ -138,8 +138,26 @@ def _count_words(window: WindowSettings) -> str:
 def warnings(settings: Settings, topics: Mapping[str, TopicState] | None) -> list[str]:
     """What may surprise an operator; ``topics`` (None: the broker was not asked) as
     they are on the broker."""
-    return [*_window_warnings(settings, topics), *_output_warnings(settings, topics),
-            *_guarantee_warnings(settings)]
+    return [*_plan_warnings(settings), *_window_warnings(settings, topics),
+            *_output_warnings(settings, topics), *_guarantee_warnings(settings)]
+
+
+def _plan_warnings(settings: Settings) -> Iterator[str]:
+    aggregation = settings.aggregation
+    if aggregation.schema_from is not None:
+        return
+    each = (" (and each instance of the scale-out its own, which stage 2 cannot merge "
+            "when they differ)") if settings.scale_out is not None else ""
+    if aggregation.keys is None:
+        yield ("aggregation.schema_from is not set: the plan will be derived from whichever "
+               f"message with rows arrives first{each}; its string and timestamp columns "
+               "become the keys, and a message without one of them is dead-lettered "
+               "(schema-mismatch). Pin it: aggregation.schema_from: FILE (an Arrow or "
+               "Parquet file with the input's schema), or list aggregation.keys")
+    else:
+        yield ("aggregation.schema_from is not set: aggregation.keys fixes the keys, but the "
+               "aggregates and their types will come from whichever message with rows "
+               f"arrives first{each}; pin them with aggregation.schema_from: FILE")
 
 
 def _window_warnings(settings: Settings,

@@ -21,11 +21,19 @@ from typing import NoReturn
 
 import pyarrow as pa
 
-from consumer.config import KafkaSettings, LoadedConfig, Settings, load_config
+from consumer.config import (
+    KafkaSettings,
+    LoadedConfig,
+    Settings,
+    load_config,
+    pinned_origin,
+    pinned_schema,
+    plan_for,
+)
 from consumer.kafka.clients import KafkaSetupError, check_topics
 from consumer.kafka.tail import (
     dead_letter_json,
-    peek_first_value,
+    peek_first_record,
     print_dead_letter,
     print_window,
     read_dead_letters,
@@ -43,7 +51,7 @@ from consumer.service.logs import configure_logging
 from wire.broker import DEFAULT_BOOTSTRAP
 from wire.console import quiet_on_closed_pipe
 from wire.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArrowaggError, UsageError
-from wire.files import read_table
+from wire.files import InputFile
 from wire.input import DecodeLimits, decode_ipc_stream
 
 log = logging.getLogger("consumer")
@@ -302,24 +310,33 @@ def _create_topics(settings: Settings, args: argparse.Namespace) -> int:
 
 def _explain(settings: Settings, sample: Path | None) -> int:
     from consumer.checkup import describe_windows  # noqa: PLC0415 - keeps --help fast
-    from consumer.compose import plan_for  # noqa: PLC0415
 
-    schema = read_table(sample).schema if sample else _peek_schema(settings)
+    schema, origin = _explain_schema(settings, sample)
     plan = plan_for(settings, schema)
     print("windows:")
     print(textwrap.fill(describe_windows(settings), width=92, initial_indent="  ",
                         subsequent_indent="  "))
-    print()
+    print(f"\nschema: from {origin}")
     print(plan.describe())
     return EXIT_OK
 
 
-def _peek_schema(settings: Settings) -> pa.Schema:
-    value = peek_first_value(settings.kafka, settings.input.topics, timeout_s=BROKER_TIMEOUT_S)
-    if value is None:
+def _explain_schema(settings: Settings, sample: Path | None) -> tuple[pa.Schema, str]:
+    """The schema explain works from, and where it came from: --sample, the pinned
+    schema, or the first message on the input topics (as the daemon would take it)."""
+    if sample is not None:
+        return InputFile.open(sample).schema(), f"--sample {sample}"
+    if (pinned := pinned_schema(settings.aggregation)) is not None:
+        return pinned, pinned_origin(settings.aggregation)
+    record = peek_first_record(settings.kafka, settings.input.topics,
+                               timeout_s=BROKER_TIMEOUT_S)
+    if record is None:
         raise KafkaSetupError(f"no message on {', '.join(settings.input.topics)} within "
-                              f"{BROKER_TIMEOUT_S:g}s; pass --sample FILE")
-    return decode_ipc_stream(value, DecodeLimits()).schema
+                              f"{BROKER_TIMEOUT_S:g}s; pass --sample FILE, or pin the plan "
+                              "with aggregation.schema_from")
+    schema = decode_ipc_stream(record.value, DecodeLimits()).schema
+    return schema, (f"{record.where}, the first message on the input topics (the daemon "
+                    "takes the first with rows; pin it with aggregation.schema_from)")
 
 
 def _tail(args: argparse.Namespace) -> int:

@@ -218,6 +218,9 @@ class QuantileSetting(_Section):
 
 
 class AggregationSettings(_Section):
+    # An Arrow IPC or Parquet file whose schema fixes the plan at start (keys, aggregates
+    # and their types), instead of the first message with rows, whichever comes first.
+    schema_from: FilePath | None = None
     keys: list[str] | None = None
     columns: dict[str, AggFunc | QuantileSetting] = Field(default_factory=dict)
     # Output column -> an aggregate written as a Polars expression over each (window, keys)

@@ -150,7 +150,8 @@ class Pipeline:
             if assignment is not None and assignment.first_seen is None:
                 assignment.first_seen = message.offset
             try:
-                decoded = self._decoder.decode(message.value, message.headers)
+                decoded = self._decoder.decode(message.value, message.headers,
+                                               where=_where(message))
             except RejectedMessageError as err:
                 if self._reject(message, err, assignment):
                     rejected.append(err.reason)
@@ -212,8 +213,7 @@ class Pipeline:
     def _reject(self, message: InputMessage, err: RejectedMessageError,
                 assignment: _Assignment | None) -> bool:
         """Dead-letter ``message``; False when it was dead-lettered before a restart."""
-        topic, partition = message.partition
-        where = f"{topic}[{partition}]@{message.offset}"
+        where = _where(message)
         if assignment is not None and assignment.replayed(message.offset):
             # Its dead letter was committed then, with the output of the same
             # transaction: writing it again would duplicate it.
@@ -332,3 +332,8 @@ class Pipeline:
 
     def holding_back(self) -> list[PartitionKey]:
         return []
+
+
+def _where(message: InputMessage) -> str:
+    topic, partition = message.partition
+    return f"{topic}[{partition}]@{message.offset}"

@@ -205,12 +205,12 @@ def _hint(record: Record) -> str:
     return ""
 
 
-def peek_first_value(source: Source, topics: list[str], *,
-                     timeout_s: float = 10.0) -> bytes | None:
-    """The value of the first message found on ``topics``, without committing anything."""
+def peek_first_record(source: Source, topics: list[str], *,
+                      timeout_s: float = 10.0) -> Record | None:
+    """The first message found on ``topics``, without committing anything."""
     for record in read_records(source, topics, idle_timeout_s=timeout_s, limit=1,
                                connect_timeout_s=timeout_s):
-        return record.value
+        return record
     return None
 
 

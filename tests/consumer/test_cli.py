@@ -106,6 +106,18 @@ def test_explain_with_event_time_makes_ts_the_window(
     assert "time column: 'ts'" in out
 
 
+def test_explain_takes_the_pinned_schema_and_says_where_each_schema_came_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sample = seed_like_file(tmp_path / "sample.arrows")
+    monkeypatch.setenv("ARROWAGG_AGGREGATION__SCHEMA_FROM", str(sample))
+    assert main(["explain", "--config", str(REPO / "config.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert f"\nschema: from aggregation.schema_from ({sample})\ntime column: 'ts'" in out
+    assert main(["explain", "--config", str(REPO / "config.yaml"), "--sample", str(sample)]) == 0
+    assert f"\nschema: from --sample {sample}\n" in capsys.readouterr().out
+
+
 def test_explain_rejects_an_unreadable_sample(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -181,6 +193,7 @@ def test_check_warns_of_what_surprises_operators(
     assert main(["check", "--config", str(config), "--offline"]) == 0
     found = warnings_of(capsys.readouterr().out)
     assert [w.split(":")[0].split(" (")[0] for w in found] == [
+        "aggregation.schema_from is not set",
         "window.allowed_lateness_ms is 0", "window.idle_timeout_ms",
         "output.late_topic is not set", ("kafka.producer.enable.idempotence overrides a "
         "setting exactly-once depends on")]

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from consumer.cli import main
-from consumer.compose import build_engine, plan_for
-from consumer.config import ConfigError, settings_from_dict
+from consumer.compose import build_engine
+from consumer.config import ConfigError, plan_for, settings_from_dict
 from consumer.core.engine.session import SessionWindowEngine
 from consumer.kafka.tail import print_window
 from tests.conftest import REPO

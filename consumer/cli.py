@@ -30,7 +30,7 @@ from consumer.config import (
     pinned_schema,
     plan_for,
 )
-from consumer.kafka.clients import KafkaSetupError, check_topics
+from consumer.kafka.clients import KafkaSetupError, check_topics, daemon_identity
 from consumer.kafka.tail import (
     dead_letter_json,
     peek_first_record,
@@ -207,7 +207,7 @@ def _run(settings: Settings, config_path: Path | None = None) -> int:
     from consumer.service.fanout import start_service  # noqa: PLC0415
     from consumer.service.reload import ConfigReloader  # noqa: PLC0415
 
-    service = start_service(settings.service, os.environ,
+    service = start_service(settings.service, os.environ, identity=daemon_identity(settings),
                             read_committed=settings.processing.guarantee == "exactly_once")
     previous = {signum: signal.getsignal(signum)
                 for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}

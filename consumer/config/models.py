@@ -8,6 +8,7 @@ is a YAML integer, never ``true``, ``1.5`` or ``"1000"``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
 
@@ -16,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     PositiveFloat,
     PositiveInt,
     SecretStr,
@@ -255,15 +257,48 @@ class ProcessingSettings(_Section):
     commit_interval_ms: PositiveInt = 1_000
 
 
+_PORT_RANGE = re.compile(r"(\d{1,5})-(\d{1,5})")
+_HIGHEST_PORT = 65535
+
+
+def _http_port(value: object) -> int | str | None:
+    """A port (0: any free one), a range ``low-high`` whose first free port is taken
+    (Flink's Prometheus reporter takes ranges for the same reason: several instances on
+    one host), or None."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)
+                         and 0 <= value <= _HIGHEST_PORT):
+        return value
+    matched = _PORT_RANGE.fullmatch(value) if isinstance(value, str) else None
+    if matched and 1 <= int(matched[1]) <= int(matched[2]) <= _HIGHEST_PORT:
+        return f"{int(matched[1])}-{int(matched[2])}"
+    raise ValueError(f"must be a port (0: any free one), a range of ports like 9464-9474, "
+                     f"or null for no HTTP server; not {value!r}")
+
+
+HttpPort = Annotated[int | str | None, PlainValidator(_http_port)]
+
+
 class ServiceSettings(_Section):
     """How the daemon is watched: HTTP /metrics, /healthz, /readyz, librdkafka stats."""
 
     http_host: str = "127.0.0.1"
-    http_port: int | None = Field(default=9464, ge=0, le=65535)  # None: no HTTP server
+    # A port, 0 for any free one, a range whose first free port is taken (several
+    # instances on one host each take their own), or None for no HTTP server. The port
+    # taken is logged and written where `python -m consumer.healthcheck` finds it.
+    http_port: HttpPort = "9464-9474"
     statistics_interval_ms: int = Field(default=5_000, ge=0)     # 0: no librdkafka stats
     # /healthz turns 503 when the main loop has not turned for this long. A turn can take
     # a whole flush (a transaction commit) or a rebalance callback: keep it generous.
     liveness_timeout_s: PositiveFloat = 60.0
+
+    def http_ports(self) -> tuple[int, ...]:
+        """The ports to try, in order (empty: no HTTP server)."""
+        if self.http_port is None:
+            return ()
+        if isinstance(self.http_port, int):
+            return (self.http_port,)
+        low, high = (int(part) for part in self.http_port.split("-"))
+        return tuple(range(low, high + 1))
 
 
 class LoggingSettings(_Section):

@@ -21,7 +21,13 @@ from confluent_kafka.admin._metadata import ClusterMetadata  # admin re-exports 
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
-from consumer.config import KafkaSettings, ProcessingSettings, ScaleOutSettings, SecuritySettings
+from consumer.config import (
+    KafkaSettings,
+    ProcessingSettings,
+    ScaleOutSettings,
+    SecuritySettings,
+    Settings,
+)
 from wire.errors import ArrowaggError
 
 log = logging.getLogger(__name__)
@@ -88,6 +94,11 @@ def security_config(security: SecuritySettings) -> dict[str, Any]:
 
 def instance_id(processing: ProcessingSettings) -> str:
     return processing.instance_id or socket.gethostname()
+
+
+def daemon_identity(settings: Settings) -> str:
+    """``<group_id>-<instance_id>``: one running daemon (its transactional.id)."""
+    return f"{settings.kafka.group_id}-{instance_id(settings.processing)}"
 
 
 def consumer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dict[str, Any]:

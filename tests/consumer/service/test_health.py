@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import random
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumer.healthcheck import main as healthcheck
-from consumer.service.health import HealthServer, ServiceSetupError
+from consumer.service.health import INSTANCE_HEADER, HealthServer, ServiceSetupError
+from consumer.service.port_file import port_file, read_port, write_port
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -122,3 +129,83 @@ def test_the_healthcheck_says_when_nothing_listens(server: HealthServer,
     server.close()
     assert healthcheck(["--port", str(port), "--timeout-s", "1"]) == 1
     assert f"127.0.0.1:{port}/healthz" in capsys.readouterr().err
+
+
+# -- ports: ranges, the port file, the healthcheck that finds it --------------------------
+
+
+def free_port_range(size: int) -> tuple[int, int]:
+    """``size`` consecutive ports, all free now."""
+    rng = random.Random()
+    for _ in range(50):
+        low = rng.randrange(20_000, 60_000)
+        with ExitStack() as stack:
+            try:
+                for port in range(low, low + size):
+                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return low, low + size - 1
+    pytest.fail(f"no {size} consecutive free ports found")
+
+
+def test_a_range_takes_its_first_free_port_and_writes_it_down(tmp_path: Path) -> None:
+    low, high = free_port_range(2)
+    first = HealthServer("127.0.0.1", low, metrics=lambda: b"", liveness_timeout_s=10)
+    path = tmp_path / "g-b.port"
+    try:
+        second = HealthServer("127.0.0.1", range(low, high + 1), metrics=lambda: b"",
+                              liveness_timeout_s=10, identity="g-b", port_file=path)
+        assert second.port == high
+        assert read_port(path) == ("127.0.0.1", high)
+        with urllib.request.urlopen(f"http://127.0.0.1:{high}/healthz", timeout=5) as answer:
+            assert answer.headers[INSTANCE_HEADER] == "g-b"
+        with pytest.raises(ServiceSetupError) as info:
+            HealthServer("127.0.0.1", range(low, high + 1), metrics=lambda: b"",
+                         liveness_timeout_s=10)
+        assert str(info.value) == (
+            f"cannot serve HTTP on 127.0.0.1: ports {low}-{high} are all taken; set "
+            "service.http_port to another port or range (0: any free port), or to null for "
+            "no HTTP server")
+        second.close()
+        assert not path.exists(), "the port file goes with the server"
+    finally:
+        first.close()
+
+
+def write_config(path: Path) -> Path:
+    path.write_text(yaml.safe_dump({
+        "kafka": {"group_id": "g"}, "input": {"topics": ["in"]}, "output": {"topic": "out"},
+        "window": {"size_ms": 1000, "timestamp_column": "ts"},
+        "service": {"http_port": "20000-20010"}}))
+    return path
+
+
+def test_the_healthcheck_finds_an_instance_by_its_config_and_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in [n for n in os.environ if n.startswith("ARROWAGG_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("ARROWAGG_PROCESSING__INSTANCE_ID", "b")
+    config = write_config(tmp_path / "config.yaml")
+    path = port_file("g-b", os.environ)
+    servers = [HealthServer("127.0.0.1", 0, metrics=lambda: b"", liveness_timeout_s=10,
+                            identity=identity, port_file=path) for identity in ("g-a", "g-b")]
+    try:
+        assert healthcheck(["--config", str(config)]) == 0
+        assert healthcheck([]) == 0, "the only port file here: a container's daemon"
+        write_port(path, "127.0.0.1", servers[0].port)  # b's file, a's port: stale
+        assert healthcheck(["--config", str(config)]) == 1
+        assert capsys.readouterr().err == (
+            f"healthcheck: http://127.0.0.1:{servers[0].port}/healthz is answered by g-a, "
+            "not g-b: its port file is stale\n")
+        monkeypatch.setenv("ARROWAGG_PROCESSING__INSTANCE_ID", "c")
+        assert healthcheck(["--config", str(config)]) == 1
+        assert capsys.readouterr().err == (
+            f"healthcheck: no port file {port_file('g-c', os.environ)}: is the daemon g-c "
+            "running?\n")
+    finally:
+        for server in servers:
+            server.close()

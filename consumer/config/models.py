@@ -271,8 +271,9 @@ def _http_port(value: object) -> int | str | None:
     matched = _PORT_RANGE.fullmatch(value) if isinstance(value, str) else None
     if matched and 1 <= int(matched[1]) <= int(matched[2]) <= _HIGHEST_PORT:
         return f"{int(matched[1])}-{int(matched[2])}"
+    shown = str(value).lower() if isinstance(value, bool) else repr(value)
     raise ValueError(f"must be a port (0: any free one), a range of ports like 9464-9474, "
-                     f"or null for no HTTP server; not {value!r}")
+                     f"or null for no HTTP server; not {shown}")
 
 
 HttpPort = Annotated[int | str | None, PlainValidator(_http_port)]

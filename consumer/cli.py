@@ -9,15 +9,16 @@ option or a file; 1: the broker or the run failed).
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import signal
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import NoReturn, TextIO, TypeVar
 
 import pyarrow as pa
 
@@ -32,12 +33,18 @@ from consumer.config import (
 )
 from consumer.kafka.clients import KafkaSetupError, check_topics, daemon_identity
 from consumer.kafka.tail import (
-    dead_letter_json,
     peek_first_record,
-    print_dead_letter,
-    print_window,
     read_dead_letters,
+    read_late_records,
     read_output,
+)
+from consumer.kafka.tail_views import (
+    DEFAULT_ROWS,
+    dead_letter_json,
+    late_record_json,
+    print_dead_letter,
+    print_late_record,
+    print_window,
     window_json,
 )
 from consumer.kafka.topics import (
@@ -55,6 +62,8 @@ from wire.files import InputFile
 from wire.input import DecodeLimits, decode_ipc_stream
 
 log = logging.getLogger("consumer")
+
+T = TypeVar("T")
 
 DEFAULT_CONFIG = Path("config.yaml")
 BROKER_TIMEOUT_S = 10.0
@@ -140,14 +149,19 @@ def _add_config(command: argparse.ArgumentParser) -> None:
 
 def _add_tail(commands: argparse._SubParsersAction[_Parser]) -> None:
     tail = commands.add_parser(
-        "tail", help="show each output window, or each dead letter",
-        description="Read the output topic (read_committed) and print every window, or "
-                    "with --dlq the dead letters: each rejected message's origin and reason. "
-                    "Joins no consumer group and commits nothing.")
+        "tail", help="show each output window, dead letter or late record",
+        description="Read the output topic (read_committed) and print every window; with "
+                    "--dlq the dead letters (each rejected message's origin and reason); "
+                    "with --late the late records (rows that came after their window was "
+                    "emitted, and which window). Joins no consumer group and commits "
+                    "nothing.")
     which = tail.add_mutually_exclusive_group()
     which.add_argument("--topic", help="the output topic (default: output.topic of --config)")
     which.add_argument("--dlq", nargs="?", const="", metavar="TOPIC",
                        help="read dead letters from TOPIC (default: output.dlq_topic of "
+                            "--config)")
+    which.add_argument("--late", nargs="?", const="", metavar="TOPIC",
+                       help="read late records from TOPIC (default: output.late_topic of "
                             "--config)")
     tail.add_argument("--config", type=Path,
                       help="take the topic, the broker and its security from this config")
@@ -158,6 +172,9 @@ def _add_tail(commands: argparse._SubParsersAction[_Parser]) -> None:
                       help="start at the topic's beginning instead of its end")
     tail.add_argument("--format", choices=["table", "json"], default="table",
                       help="table (default), or json: one JSON object a line, for jq")
+    tail.add_argument("--rows", type=_row_limit, default=DEFAULT_ROWS, metavar="N",
+                      help=f"rows of each table to show, or 'all' (default: {DEFAULT_ROWS}; "
+                           "json shows every row)")
     tail.add_argument("--max-windows", "--max-messages", type=_positive_int, metavar="N",
                       help="stop after this many messages")
     tail.add_argument("--complete", action="store_true",
@@ -165,6 +182,10 @@ def _add_tail(commands: argparse._SubParsersAction[_Parser]) -> None:
                            "(scale-out) parts, when the last has arrived")
     tail.add_argument("--idle-timeout-s", type=float, default=float("inf"), metavar="S",
                       help="stop when nothing arrived for this long (default: never)")
+
+
+def _row_limit(text: str) -> int | None:
+    return None if text == "all" else _positive_int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,25 +362,32 @@ def _explain_schema(settings: Settings, sample: Path | None) -> tuple[pa.Schema,
 
 def _tail(args: argparse.Namespace) -> int:
     kafka, topic = _tail_source(args)
-    skipped = _warn
+    reading = {"from_beginning": args.from_beginning, "idle_timeout_s": args.idle_timeout_s,
+               "on_skipped": _warn}
+    json_lines = args.format == "json"
     if args.dlq is not None:
-        for letter in read_dead_letters(kafka, topic, from_beginning=args.from_beginning,
-                                        idle_timeout_s=args.idle_timeout_s,
-                                        limit=args.max_windows, on_skipped=skipped):
-            if args.format == "json":
-                print(dead_letter_json(letter), flush=True)
-            else:
-                print_dead_letter(letter, sys.stdout)
-        return EXIT_OK
-    for window in read_output(kafka, topic, from_beginning=args.from_beginning,
-                              idle_timeout_s=args.idle_timeout_s,
-                              max_windows=args.max_windows, on_skipped=skipped,
-                              complete=args.complete):
-        if args.format == "json":
-            print(window_json(window), flush=True)
-        else:
-            print_window(window, sys.stdout)
+        _print_each(read_dead_letters(kafka, topic, limit=args.max_windows, **reading),
+                    dead_letter_json if json_lines else None, print_dead_letter)
+    elif args.late is not None:
+        _print_each(read_late_records(kafka, topic, limit=args.max_windows, **reading),
+                    late_record_json if json_lines else None,
+                    functools.partial(print_late_record, max_rows=args.rows))
+    else:
+        _print_each(read_output(kafka, topic, max_windows=args.max_windows,
+                                complete=args.complete, **reading),
+                    window_json if json_lines else None,
+                    functools.partial(print_window, max_rows=args.rows))
     return EXIT_OK
+
+
+def _print_each(items: Iterable[T], as_json: Callable[[T], str] | None,
+                as_table: Callable[[T, TextIO], None]) -> None:
+    """Each item as one JSON line (``as_json``), or else as a table."""
+    for item in items:
+        if as_json is not None:
+            print(as_json(item), flush=True)
+        else:
+            as_table(item, sys.stdout)
 
 
 def _tail_source(args: argparse.Namespace) -> tuple[KafkaSettings, str]:
@@ -369,12 +397,16 @@ def _tail_source(args: argparse.Namespace) -> tuple[KafkaSettings, str]:
         bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_BOOTSTRAP)
     if args.bootstrap_servers:
         kafka = kafka.model_copy(update={"bootstrap_servers": args.bootstrap_servers})
-    topic = args.topic or args.dlq
+    topic = args.topic or args.dlq or args.late
+    flag, key = ("--topic", "output.topic")
+    if args.dlq is not None:
+        flag, key = "--dlq", "output.dlq_topic"
+    elif args.late is not None:
+        flag, key = "--late", "output.late_topic"
     if not topic and settings is not None:
-        topic = settings.output.dlq_topic if args.dlq is not None else settings.output.topic
+        topic = getattr(settings.output, key.removeprefix("output."))
     if not topic:
-        what = "--dlq TOPIC" if args.dlq is not None else "--topic TOPIC"
-        raise UsageError(f"tail needs {what}, or --config with that topic configured")
+        raise UsageError(f"tail needs {flag} TOPIC, or --config with {key} set")
     return kafka, topic
 
 

@@ -280,9 +280,12 @@ def test_explain_shows_the_windows_and_which_aggregates_buffer_and_why(
 
 
 @pytest.mark.parametrize(("argv", "says"), [
-    (["tail"], "consumer: tail needs --topic TOPIC, or --config with that topic configured"),
-    (["tail", "--dlq"], ("consumer: tail needs --dlq TOPIC, or --config with that topic "
-                        "configured")),
+    (["tail"], "consumer: tail needs --topic TOPIC, or --config with output.topic set"),
+    (["tail", "--dlq"], "consumer: tail needs --dlq TOPIC, or --config with output.dlq_topic set"),
+    (["tail", "--late"], ("consumer: tail needs --late TOPIC, or --config with "
+                         "output.late_topic set")),
+    (["tail", "--rows", "0"], ("consumer: argument --rows: '0' must be positive (see python -m "
+                              "consumer tail --help)")),
     (["tail", "--topic", "a", "--dlq", "b"], ("consumer: argument --dlq: not allowed with "
                                              "argument --topic (see python -m consumer tail "
                                              "--help)")),

@@ -24,6 +24,8 @@ from polars.testing import assert_frame_equal
 
 from consumer.cli import main
 from consumer.config import Settings
+from consumer.core.late import late_records
+from consumer.core.types import MESSAGE_INDEX, MessageRef
 from consumer.kafka.tail import read_output
 from tests.conftest import TopicFactory
 from tests.integration.conftest import (
@@ -227,6 +229,43 @@ def test_tail_skips_a_stray_message_after_the_first_window_with_a_warning(
         "1970-01-01T00:00:00.000Z", "1970-01-01T00:00:01.000Z"]
     assert err.splitlines() == [(f"consumer: skipped {topic}[0]@1 is not arrowagg output (no "
                                 "arrowagg.window-start header)")]
+
+
+def test_tail_late_shows_the_rows_their_origin_and_the_window_they_missed(
+    bootstrap: str, topic_factory: TopicFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = topic_factory("late")
+    rows = pl.DataFrame({
+        "site": ["a", "b"], "ts": [T0 + 100, T0 + 200], "reading": [1.5, 2.5],
+        "window_start": [T0, T0], "window_end": [T0 + 1000, T0 + 1000], MESSAGE_INDEX: [0, 0],
+    }).with_columns(pl.col("ts").cast(pl.Datetime("ms", "UTC")))
+    [record] = late_records(rows, [MessageRef(("sensors", 3), 17, 2)], topic=topic,
+                            compression="zstd", max_bytes=100_000)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, record.value, key=record.key, headers=list(record.headers))
+    assert producer.flush(10) == 0
+    code, out, err = tail(capsys, "--late", topic, "--bootstrap-servers", bootstrap,
+                          "--format", "json")
+    assert (code, err) == (0, "")
+    [document] = [json.loads(line) for line in out.splitlines()]
+    assert {k: v for k, v in document.items() if k != "late_record"} == {
+        "kind": "rows", "origin": "sensors[3]@17", "window_start": "2026-01-01T00:00:00.000Z",
+        "window_end": "2026-01-01T00:00:01.000Z", "chunk": [1, 1],
+        "rows": [{"site": "a", "ts": "2026-01-01T00:00:00.100Z", "reading": 1.5,
+                  "window_start": "2026-01-01T00:00:00.000Z",
+                  "window_end": "2026-01-01T00:00:01.000Z"},
+                 {"site": "b", "ts": "2026-01-01T00:00:00.200Z", "reading": 2.5,
+                  "window_start": "2026-01-01T00:00:00.000Z",
+                  "window_end": "2026-01-01T00:00:01.000Z"}]}
+    code, out, _ = tail(capsys, "--late", topic, "--bootstrap-servers", bootstrap)
+    assert code == 0
+    assert out.splitlines()[0] == (
+        "late rows from sensors[3]@17 for window [2026-01-01T00:00:00.000Z, "
+        "2026-01-01T00:00:01.000Z), emitted before they came: 2 rows, not aggregated")
+    code, out, err = tail(capsys, "--topic", topic, "--bootstrap-servers", bootstrap)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [(f"consumer: {topic}[0]@0 is not arrowagg output; it is a late "
+                                "record: use tail --late")]
 
 
 def test_tail_on_a_missing_topic_is_one_line_at_once(

@@ -1,14 +1,17 @@
 """What ``tail`` prints, without a broker: every time in ``--format json`` is RFC 3339
-UTC (headers, rows, dead letters), and the table view."""
+UTC (headers, rows, dead letters), and the table view keeps its bounds and shows as many
+rows as asked (tests/integration/test_cli.py reads late records through a broker)."""
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime
 
 import polars as pl
 
-from consumer.kafka.tail import DeadLetter, Record, dead_letter_json, window_json
+from consumer.kafka.tail import DeadLetter, Record
+from consumer.kafka.tail_views import DEFAULT_ROWS, dead_letter_json, print_window, window_json
 from tests.wire.test_timestamps import RFC3339_UTC
 from wire.output import OutputWindow
 
@@ -55,3 +58,17 @@ def test_dead_letter_json_writes_its_time_as_rfc3339_utc() -> None:
     assert document["origin_timestamp"] == "2025-01-01T00:00:00.001Z"
     assert datetime.fromisoformat(document["origin_timestamp"]) == datetime(
         2025, 1, 1, 0, 0, 0, 1000, tzinfo=UTC)
+
+
+def test_a_table_shows_twenty_rows_unless_asked_for_more() -> None:
+    frame = pl.concat([result_rows().with_columns(pl.lit(f"site-{i:02d}").alias("site"))
+                       for i in range(30)])
+    shown = {}
+    for rows in (DEFAULT_ROWS, None):
+        out = io.StringIO()
+        print_window(window(frame), out, max_rows=rows)
+        shown[rows] = out.getvalue()
+    assert "site-29" in shown[None]
+    assert "site-15" in shown[None]
+    assert "site-15" not in shown[DEFAULT_ROWS]  # the middle is elided
+    assert "window_start" in shown[DEFAULT_ROWS], "the bounds stay in the table"

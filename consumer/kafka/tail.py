@@ -40,7 +40,7 @@ from wire.timestamps import rfc3339_ms
 Source = str | KafkaSettings
 # Told about each message skipped as not what was asked for (a line for a human).
 Skipped = Callable[[str], None]
-T = TypeVar("T")
+Decoded = TypeVar("Decoded")
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -203,8 +203,8 @@ class _NotThisError(Exception):
     """A record that is not what the reader reads; ``str()``: what it is not, and why."""
 
 
-def _read_as(records: Iterator[Record], decode: Callable[[Record], T],
-             on_skipped: Skipped | None) -> Iterator[T]:
+def _read_as(records: Iterator[Record], decode: Callable[[Record], Decoded],
+             on_skipped: Skipped | None) -> Iterator[Decoded]:
     """Each record decoded; one that is not what was asked for raises NotOutputError,
     or, after the first good one and with ``on_skipped``, is reported there."""
     seen_one = False

@@ -44,7 +44,7 @@ def taken_port() -> Iterator[int]:
 
 def config(tmp_path: Path, port: int, bootstrap: str = "127.0.0.1:1") -> Path:
     text = (REPO / "config.yaml").read_text()
-    text = text.replace("http_port: 9464", f"http_port: {port}")
+    text = text.replace("http_port: 9464-9474", f"http_port: {port}")
     text = text.replace("bootstrap_servers: 127.0.0.1:9092", f"bootstrap_servers: {bootstrap}")
     path = tmp_path / "config.yaml"
     path.write_text(text)

@@ -11,9 +11,9 @@ from typing import Any
 
 import yaml
 
-from consumer.cli import _parser as consumer_parser
 from consumer.config import load_settings
 from consumer.healthcheck import DEFAULT_PORT
+from consumer.options import parser as consumer_parser
 from producer.cli import _parser as producer_parser
 from tests.conftest import REPO
 

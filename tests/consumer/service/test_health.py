@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
@@ -184,6 +185,8 @@ def write_config(path: Path) -> Path:
 def test_the_healthcheck_finds_an_instance_by_its_config_and_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # Only the healthcheck's own lines on stderr, whatever handlers earlier tests left.
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
     for name in [n for n in os.environ if n.startswith("ARROWAGG_")]:
         monkeypatch.delenv(name)
     monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)

@@ -12,6 +12,7 @@ import argparse
 import functools
 import logging
 import os
+import shlex
 import signal
 import sys
 import textwrap
@@ -31,7 +32,13 @@ from consumer.config import (
     pinned_schema,
     plan_for,
 )
-from consumer.kafka.clients import KafkaSetupError, check_topics, daemon_identity
+from consumer.kafka.clients import (
+    BrokerUnreachableError,
+    KafkaSetupError,
+    MissingTopicsError,
+    check_topics,
+    daemon_identity,
+)
 from consumer.kafka.tail import (
     peek_first_record,
     read_dead_letters,
@@ -76,7 +83,10 @@ def _main(argv: list[str] | None) -> int:
             return _tail(args)
         config = load_config(args.config)
         configure_logging(config.settings.logging.level, config.settings.logging.format)
-        return _COMMANDS[args.command](config, args)
+        try:
+            return _COMMANDS[args.command](config, args)
+        except KafkaSetupError as err:
+            raise _mended(err, config) from None
     except ArrowaggError as err:
         _say(err)
         return err.exit_code
@@ -90,6 +100,28 @@ _COMMANDS: dict[str, Callable[[LoadedConfig, argparse.Namespace], int]] = {
     "topics": lambda config, args: _create_topics(config.settings, args),
     "explain": lambda config, args: _explain(config.settings, args.sample),
 }
+
+
+def _mended(err: KafkaSetupError, config: LoadedConfig | None,
+            bootstrap_from: str | None = None) -> KafkaSetupError:
+    """``err`` with a hint that names where to mend it: the flag or the config's key (or
+    the variable that overrides it) that set the broker's address, and the create
+    command for the config file given."""
+    if isinstance(err, BrokerUnreachableError):
+        return err.mended_at(bootstrap_from or _bootstrap_origin(config))
+    if isinstance(err, MissingTopicsError) and config is not None:
+        return err.mended_at(f"python -m consumer topics create --config "
+                             f"{shlex.quote(config.source)}")
+    return err
+
+
+def _bootstrap_origin(config: LoadedConfig | None) -> str:
+    if config is None:
+        return f"--bootstrap-servers (the default is {DEFAULT_BOOTSTRAP})"
+    variable = config.overrides.get("kafka.bootstrap_servers") or config.overrides.get("kafka")
+    if variable is not None:
+        return f"{variable} (it overrides kafka.bootstrap_servers of {config.source})"
+    return f"kafka.bootstrap_servers in {config.source}"
 
 
 def _say(err: ArrowaggError) -> None:
@@ -162,7 +194,7 @@ def _check(config: LoadedConfig, *, offline: bool) -> int:
             check_topics(settings.kafka, topics, timeout_s=BROKER_TIMEOUT_S,
                          max_message_bytes=needed_message_bytes(settings.output))
         except KafkaSetupError as err:
-            problems.append(str(err))
+            problems.append(str(_mended(err, config)))
         if states is not None:
             print(f"\ntopics on {settings.kafka.bootstrap_servers}:")
             for name in dict.fromkeys(topics):
@@ -235,7 +267,16 @@ def _explain_schema(settings: Settings, sample: Path | None) -> tuple[pa.Schema,
 
 
 def _tail(args: argparse.Namespace) -> int:
-    kafka, topic = _tail_source(args)
+    config = load_config(args.config) if args.config else None
+    kafka, topic, bootstrap_from = _tail_source(args, config)
+    try:
+        _tail_topic(args, kafka, topic)
+    except KafkaSetupError as err:
+        raise _mended(err, config, bootstrap_from) from None
+    return EXIT_OK
+
+
+def _tail_topic(args: argparse.Namespace, kafka: KafkaSettings, topic: str) -> None:
     reading = {"from_beginning": args.from_beginning, "idle_timeout_s": args.idle_timeout_s,
                "on_skipped": _warn}
     json_lines = args.format == "json"
@@ -251,7 +292,6 @@ def _tail(args: argparse.Namespace) -> int:
                                 complete=args.complete, **reading),
                     window_json if json_lines else None,
                     functools.partial(print_window, max_rows=args.rows))
-    return EXIT_OK
 
 
 def _print_each(items: Iterable[Shown], as_json: Callable[[Shown], str] | None,
@@ -264,13 +304,20 @@ def _print_each(items: Iterable[Shown], as_json: Callable[[Shown], str] | None,
             as_table(item, sys.stdout)
 
 
-def _tail_source(args: argparse.Namespace) -> tuple[KafkaSettings, str]:
-    """The broker (with its security) and the topic tail reads."""
-    settings = load_config(args.config).settings if args.config else None
+def _tail_source(args: argparse.Namespace, config: LoadedConfig | None,
+                 ) -> tuple[KafkaSettings, str, str]:
+    """The broker (with its security), the topic tail reads, and where the broker's
+    address came from (for a hint when nothing answers there)."""
+    settings = config.settings if config is not None else None
+    from_env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     kafka = settings.kafka if settings else KafkaSettings(
-        bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_BOOTSTRAP)
+        bootstrap_servers=from_env or DEFAULT_BOOTSTRAP)
+    bootstrap_from = _bootstrap_origin(config) if config is not None else (
+        "KAFKA_BOOTSTRAP_SERVERS (or --bootstrap-servers)" if from_env
+        else _bootstrap_origin(None))
     if args.bootstrap_servers:
         kafka = kafka.model_copy(update={"bootstrap_servers": args.bootstrap_servers})
+        bootstrap_from = "--bootstrap-servers"
     topic = args.topic or args.dlq or args.late
     flag, key = ("--topic", "output.topic")
     if args.dlq is not None:
@@ -281,7 +328,7 @@ def _tail_source(args: argparse.Namespace) -> tuple[KafkaSettings, str]:
         topic = getattr(settings.output, key.removeprefix("output."))
     if not topic:
         raise UsageError(f"tail needs {flag} TOPIC, or --config with {key} set")
-    return kafka, topic
+    return kafka, topic, bootstrap_from
 
 
 def _warn(line: str) -> None:

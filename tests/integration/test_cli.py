@@ -381,3 +381,15 @@ def test_an_output_topic_too_small_for_the_output_stops_create_check_and_run(
         assert said == [expected]
     finally:
         admin.delete_topics([n for n in names.values() if n != small])
+
+
+def test_missing_topics_name_the_create_command_for_the_config_given(
+    bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, names = config_file(tmp_path, bootstrap)
+    missing = ", ".join(names[k] for k in ("input", "output", "late", "dlq"))
+    for command in ("check", "run"):
+        assert main([command, "--config", str(path)]) == 1
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"consumer: topic(s) {missing} do not exist on {bootstrap}; create them: "
+            f"python -m consumer topics create --config {path}")

@@ -231,12 +231,16 @@ def _widened(field: pa.Field) -> pa.Field:
         return field.with_type(pa.uint64())
     if pa.types.is_floating(kind):
         return field.with_type(pa.float64())
+    if pa.types.is_decimal128(kind):  # the precision may grow; the scale is the unit
+        return field.with_type(pa.decimal128(38, kind.scale))
     return field
 
 
 def _family(kind: pa.DataType) -> str:
     if pa.types.is_integer(kind) or pa.types.is_floating(kind):
         return "numeric"
+    if pa.types.is_decimal128(kind):
+        return "decimal"
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
         return "string"
     if pa.types.is_dictionary(kind):

@@ -14,6 +14,7 @@ import pytest
 
 from consumer.compose import build_pipeline, build_two_stages
 from consumer.config import settings_from_dict
+from consumer.core.pipeline import Pipeline
 from consumer.core.types import HeaderPairs, InputMessage, OutputRecord, PartitionKey
 from consumer.kafka.processor import StreamProcessor
 from tests.consumer.kafka.fake_broker import FakeBroker, FakeConsumer, FakeSink
@@ -71,16 +72,31 @@ def one_instance(data: dict[str, Any], *, dictionary: bool, late: bool = False) 
     for offset in range(3):
         pipe.process([InputMessage(SOURCE, offset, rows(T0 + offset * 1_000,
                                                         dictionary=dictionary))], NOW_MS)
-        records += pipe.flush(NOW_MS).records
+        records += committed(pipe, NOW_MS)
     if late:  # a row for the first window, closed and kept for revisions
         pipe.process([InputMessage(SOURCE, 3, rows(T0, dictionary=dictionary, sites=("a",)))],
                      NOW_MS)
-        records += pipe.flush(NOW_MS).records
-    return emitted(records + pipe.flush(NOW_MS + 120_000, force=True).records)
+        records += committed(pipe, NOW_MS)
+    return emitted(records + committed(pipe, NOW_MS + 120_000, force=True))
+
+
+def committed(pipe: Pipeline, now_ms: int, *, force: bool = False) -> list[OutputRecord]:
+    """The records of one flush, committed (as the run loop would) when it asks to be."""
+    flush = pipe.flush(now_ms, force=force)
+    if not flush.commit:
+        return []
+    pipe.committed(flush, now_ms)
+    return flush.records
 
 
 def scaled_out(*, dictionary: bool) -> Emitted:
     """Two instances, both stages, on the in-memory broker."""
+    return emitted(scale_out_records(lambda start_ms: rows(start_ms, dictionary=dictionary)))
+
+
+def scale_out_records(batch: Callable[[int], bytes]) -> list[OutputRecord]:
+    """The output of two instances running both stages on the in-memory broker, fed
+    ``batch(start_ms)`` for three windows on each of two input partitions."""
     broker = FakeBroker()
     for topic, partitions in (("in", 2), ("rep", 2), ("out", 1)):
         broker.create_topic(topic, partitions)
@@ -102,13 +118,13 @@ def scaled_out(*, dictionary: bool) -> Emitted:
         processors.append(processor)
     for offset in range(3):
         for partition in (0, 1):
-            broker.produce("in", partition, rows(T0 + offset * 1_000, dictionary=dictionary))
+            broker.produce("in", partition, batch(T0 + offset * 1_000))
     for _ in range(60):
         for processor in processors:
             processor.run_once()
         clock.now_ms += 100
-    return emitted([OutputRecord("out", m.key(), m.value(), header_pairs(m.headers()))
-                    for m in broker.topics["out"][0]])
+    return [OutputRecord("out", m.key(), m.value(), header_pairs(m.headers()))
+            for m in broker.topics["out"][0]]
 
 
 def header_pairs(raw: HeaderPairs | dict[str, str | bytes | None] | None) -> HeaderPairs:

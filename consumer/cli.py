@@ -60,7 +60,7 @@ from wire.broker import DEFAULT_BOOTSTRAP
 from wire.console import quiet_on_closed_pipe
 from wire.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArrowaggError, UsageError
 from wire.files import InputFile
-from wire.input import DecodeLimits, decode_ipc_stream
+from wire.input import DecodeLimits, WireFormatError, decode_ipc_stream
 
 log = logging.getLogger("consumer")
 
@@ -261,7 +261,11 @@ def _explain_schema(settings: Settings, sample: Path | None) -> tuple[pa.Schema,
         raise KafkaSetupError(f"no message on {', '.join(settings.input.topics)} within "
                               f"{BROKER_TIMEOUT_S:g}s; pass --sample FILE, or pin the plan "
                               "with aggregation.schema_from")
-    schema = decode_ipc_stream(record.value, DecodeLimits()).schema
+    try:
+        schema = decode_ipc_stream(record.value, DecodeLimits()).schema
+    except WireFormatError as err:
+        raise UsageError(f"{record.where}, the first message on the input topics, is no "
+                         f"input ({err}); pass --sample FILE") from None
     return schema, (f"{record.where}, the first message on the input topics (the daemon "
                     "takes the first with rows; pin it with aggregation.schema_from)")
 

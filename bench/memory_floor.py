@@ -35,7 +35,7 @@ from bench.machine import rss_kb
 from bench.memory import FULL_POINTS, SMOKE_POINTS, bytes_per_group, in_fresh_interpreter, stream
 from consumer.allocator import ALLOCATOR_ENV
 from consumer.core.aggregate import PartialAggregator
-from consumer.core.emit import FinalWindows
+from consumer.core.emit import ResultEmitter
 
 # Appended to the environment's own setting, so it wins (consumer/allocator.py puts its
 # arena count first).
@@ -44,7 +44,7 @@ PURGE_AT_ONCE = "dirty_decay_ms:0,muzzy_decay_ms:0"
 # Each measured stage: the class and the method that does it.
 STAGES: dict[str, tuple[type, str]] = {
     "partial": (PartialAggregator, "partial"), "merge": (PartialAggregator, "merge"),
-    "finalize": (PartialAggregator, "finalize"), "encode": (FinalWindows, "window_records"),
+    "finalize": (PartialAggregator, "finalize"), "encode": (ResultEmitter, "window_records"),
 }
 
 

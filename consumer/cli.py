@@ -33,8 +33,8 @@ from consumer.config import (
     plan_for,
 )
 from consumer.kafka.clients import (
-    BrokerUnreachableError,
     KafkaSetupError,
+    KafkaUnreachableError,
     MissingTopicsError,
     check_topics,
     daemon_identity,
@@ -107,7 +107,7 @@ def _mended(err: KafkaSetupError, config: LoadedConfig | None,
     """``err`` with a hint that names where to mend it: the flag or the config's key (or
     the variable that overrides it) that set the broker's address, and the create
     command for the config file given."""
-    if isinstance(err, BrokerUnreachableError):
+    if isinstance(err, KafkaUnreachableError):
         return err.mended_at(bootstrap_from or _bootstrap_origin(config))
     if isinstance(err, MissingTopicsError) and config is not None:
         return err.mended_at(f"python -m consumer topics create --config "

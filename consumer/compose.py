@@ -11,20 +11,20 @@ from consumer.config import Settings, pinned_origin, pinned_schema, plan_for
 from consumer.core.budget import GroupBudget
 from consumer.core.decode import Decoder
 from consumer.core.dlq import DlqLimit
-from consumer.core.emit import Routes
-from consumer.core.engine.base import WindowEngine
-from consumer.core.engine.count import CountWindowEngine
-from consumer.core.engine.session import SessionWindowEngine
-from consumer.core.engine.time import TimeWindowEngine
+from consumer.core.emit import OutputSpec
 from consumer.core.pipeline import Pipeline
 from consumer.core.plan import AggregationPlan
 from consumer.core.poll import PollPipeline
-from consumer.core.sessions import SessionSpec
-from consumer.core.stage_one import PartialWindows
-from consumer.core.stage_two import StageTwo
-from consumer.core.two_stage import TwoStagePipeline
+from consumer.core.scale_out.pipeline import TwoStagePipeline
+from consumer.core.scale_out.stage_one import PartialEmitter
+from consumer.core.scale_out.stage_two import StageTwo
 from consumer.core.types import PartitionKey
-from consumer.core.windows import WindowSpec
+from consumer.core.windows.bounds import WindowSpec
+from consumer.core.windows.count.engine import CountWindowEngine
+from consumer.core.windows.engine import WindowEngine
+from consumer.core.windows.session.engine import SessionWindowEngine
+from consumer.core.windows.session.spans import SessionSpec
+from consumer.core.windows.time.engine import TimeWindowEngine
 from consumer.kafka.clients import (
     consumer_config,
     ensure_repartition_topic,
@@ -50,13 +50,13 @@ def build_pipeline(settings: Settings) -> Pipeline:
     )
     if (schema := pinned_schema(settings.aggregation)) is not None:
         decoder.pin(schema, pinned_origin(settings.aggregation))
-    routes = Routes(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
+    routes = OutputSpec(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
                     dlq_topic=output.dlq_topic, output_format=output.format,
                     compression=output.compression, max_message_bytes=output.max_message_bytes,
                     drop_late=settings.window.late == "drop",
                     revision_column=settings.window.late == "revise")
     scale_out = settings.scale_out
-    emitter = None if scale_out is None else PartialWindows(
+    emitter = None if scale_out is None else PartialEmitter(
         scale_out.repartition_topic, scale_out.partitions,
         writer=instance_id(settings.processing), compression=output.compression,
         max_message_bytes=output.max_message_bytes)
@@ -79,13 +79,17 @@ def build_two_stages(settings: Settings, inputs: set[PartitionKey]) -> TwoStageP
     assert settings.scale_out is not None  # noqa: S101 - called only with a scale_out section
     stage_one = build_pipeline(settings)
     output = settings.output
-    routes = Routes(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
+    routes = OutputSpec(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
                     output_format=output.format, compression=output.compression,
                     max_message_bytes=output.max_message_bytes,
-                    drop_late=settings.window.late == "drop")
+                    drop_late=settings.window.late == "drop",
+                    revision_column=settings.window.late == "revise")
     stage_two = StageTwo(routes, partitions=settings.scale_out.partitions, inputs=inputs,
                          merge_every=settings.processing.merge_every_batches,
-                         counters=stage_one.counters)
+                         counters=stage_one.counters,
+                         budget=(settings.input.max_groups,
+                                 settings.input.max_buffered_values),
+                         revise_within_ms=revise_within_ms(settings))
     return TwoStagePipeline(stage_one, stage_two, settings.scale_out.repartition_topic,
                             commit_interval_ms=settings.processing.commit_interval_ms)
 
@@ -110,7 +114,13 @@ def build_engine(settings: Settings, plan: AggregationPlan,
         event_time=window.time == "event", time_dtype=time_dtype,
         allowed_lateness_ms=window.allowed_lateness_ms, idle_timeout_ms=window.idle_timeout_ms,
         merge_every=processing.merge_every_batches, partials=settings.scale_out is not None,
-        revise_within_ms=window.revision_lateness_ms if window.late == "revise" else None)
+        revise_within_ms=revise_within_ms(settings))
+
+
+def revise_within_ms(settings: Settings) -> int | None:
+    """How long emitted windows take revisions (None: they take none)."""
+    window = settings.window
+    return window.revision_lateness_ms if window.late == "revise" else None
 
 
 def build_processor(settings: Settings, observer: ProcessorObserver | None = None, *,

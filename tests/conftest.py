@@ -3,7 +3,11 @@
 Broker selection, in order:
 1. ``KAFKA_BOOTSTRAP_SERVERS`` when set (any external broker);
 2. a testcontainers Kafka container when a Docker engine answers;
-3. ``scripts/kafka-local`` (Apache Kafka from Maven Central jars, no Docker needed).
+3. ``scripts/kafka-local`` (Apache Kafka from Maven Central jars, no Docker needed), in a
+   state directory of this session's own, on free ports: a demo, a daemon or another
+   test run beside it (even from the same checkout) neither lends it its broker nor
+   stops it. Every broker the suite starts shares the checkout's jars
+   (``KAFKA_LOCAL_JARS``), fetched once.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -21,9 +26,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
 KAFKA_LOCAL = REPO / "scripts" / "kafka-local"
+JARS = REPO / ".kafka-local" / "lib"
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class Broker:
 
 _broker_seen: list[Broker] = []
 _failures: list[str] = []
+_session_state: list[Path] = []  # the session broker's KAFKA_LOCAL_DIR, once made
 
 
 def _docker_answers() -> bool:
@@ -53,10 +61,26 @@ def _docker_answers() -> bool:
 
 
 def _kafka_local(command: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KAFKA_LOCAL_DIR": str(_session_state[0])}
     return subprocess.run(
         [sys.executable, str(KAFKA_LOCAL), command],
-        capture_output=True, text=True, check=False, timeout=180,
+        capture_output=True, text=True, check=False, timeout=180, env=env,
     )
+
+
+# Property tests: a quick profile for `make test`, a thorough one on demand
+# (ARROWAGG_HYPOTHESIS=thorough make unit). Engines and codecs run per example, so the
+# deadline is off in both.
+settings.register_profile("quick", max_examples=50, deadline=None)
+settings.register_profile("thorough", max_examples=1_000, deadline=None)
+HYPOTHESIS_PROFILE = os.environ.get("ARROWAGG_HYPOTHESIS", "quick")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    del config
+    settings.load_profile(HYPOTHESIS_PROFILE)
+    # Every broker a test starts (and their children) takes the checkout's jars.
+    os.environ.setdefault("KAFKA_LOCAL_JARS", str(JARS))
 
 
 def _local_version() -> str:
@@ -64,7 +88,7 @@ def _local_version() -> str:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[Broker]:
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     if bootstrap := os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         broker = Broker(bootstrap, "KAFKA_BOOTSTRAP_SERVERS", "external")
         _broker_seen.append(broker)
@@ -78,9 +102,10 @@ def kafka_broker() -> Iterator[Broker]:
             _broker_seen.append(broker)
             yield broker
         return
-    already_running = _kafka_local("status").returncode == 0
+    _session_state.append(tmp_path_factory.mktemp("kafka-local"))
     started = _kafka_local("start")
     if started.returncode != 0:
+        _kafka_local("stop")
         pytest.exit(f"scripts/kafka-local start failed:\n{started.stderr}", returncode=3)
     broker = Broker(started.stdout.strip().splitlines()[-1], "scripts/kafka-local",
                     _local_version())
@@ -88,8 +113,7 @@ def kafka_broker() -> Iterator[Broker]:
     try:
         yield broker
     finally:
-        if not already_running:
-            _kafka_local("stop")
+        _kafka_local("stop")
 
 
 @pytest.fixture(scope="session")
@@ -119,6 +143,7 @@ def topic_factory(admin: AdminClient) -> Iterator[TopicFactory]:
         )
         futures[name].result(timeout=30)
         made.append(name)
+        _wait_until_listed(admin, name, partitions)
         return name
 
     yield make
@@ -128,12 +153,30 @@ def topic_factory(admin: AdminClient) -> Iterator[TopicFactory]:
                 future.result(timeout=10)
 
 
+def _wait_until_listed(admin: AdminClient, name: str, partitions: int) -> None:
+    """Until the broker's metadata lists ``name`` with a leader for every partition.
+
+    CreateTopics answers once the controller has the topic; the broker that answers a
+    client's metadata learns it from the metadata log a moment later, and on a loaded
+    machine a producer asking at once was told the topic did not exist."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(name, timeout=10).topics.get(name)
+        if topic is not None and topic.error is None and len(topic.partitions) == partitions \
+                and all(p.leader >= 0 for p in topic.partitions.values()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"topic {name} was created but is not listed after 30 s")
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed:
         _failures.append(report.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_line(f"hypothesis profile: {HYPOTHESIS_PROFILE} "
+                                f"({settings().max_examples} examples a property)")
     for broker in _broker_seen:
         terminalreporter.write_line(
             f"kafka broker: Apache Kafka {broker.version} at {broker.bootstrap} "

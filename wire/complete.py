@@ -9,7 +9,9 @@ a window once all of it has arrived; ``consumer.kafka.tail.read_output(complete=
 uses it. With ``window.late: revise`` a closed window can later get update revisions
 (``arrowagg.revision-kind: update``): once all chunks of one are in, its rows replace the
 rows of the same keys in the window's closing revision and the window is handed out
-again, whole, as of that revision: the latest supersedes.
+again, whole, as of that revision: the latest supersedes. With the scale-out each part
+numbers its revisions on its own (its keys are its own): an update is a repeat when its
+part has had that revision or a later one.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class _Whole:
     earlier: pl.DataFrame
     earlier_rows: int
     closing: pl.DataFrame
+    applied: dict[int | None, int] = field(default_factory=dict)  # part -> last update
 
 
 class WindowAssembler:
@@ -51,7 +54,7 @@ class WindowAssembler:
         self._done: set[int] = set()
         self._kept: OrderedDict[int, _Whole] = OrderedDict()
         self._max_kept = max_kept_windows
-        self._updates: dict[tuple[int, int], dict[int, OutputWindow]] = {}
+        self._updates: dict[tuple[int, int | None, int], dict[int, OutputWindow]] = {}
 
     def add(self, message: OutputWindow | WindowEnd) -> OutputWindow | None:
         """Take one decoded message; return its window when this message completes it
@@ -97,7 +100,8 @@ class WindowAssembler:
             self._kept.popitem(last=False)
 
     def _update(self, message: OutputWindow) -> OutputWindow | None:
-        key = (message.start_ms, message.revision)
+        part = None if message.part is None else message.part[0]
+        key = (message.start_ms, part, message.revision)
         chunks = self._updates.setdefault(key, {})
         chunks[message.chunk[0]] = message
         if len(chunks) < message.chunk[1]:
@@ -109,14 +113,16 @@ class WindowAssembler:
         if before is None:  # never seen whole here (or long ago): the update as it is
             self._done.add(message.start_ms)
             return replace(message, chunk=(1, 1), frame=rows)
-        if message.revision <= before.window.revision:
+        last = before.applied.get(part, before.window.revision if part is None else 0)
+        if message.revision <= last:
             return None  # a repeat of an update already applied
         closing = _replaced(before.closing, rows, message.keys or ())
         frames = [f for f in (before.earlier, closing) if f.height]
         whole = replace(before.window, revision=message.revision, chunk=(1, 1),
                         window_rows=before.earlier_rows + message.window_rows,
                         frame=pl.concat(frames, how="vertical_relaxed") if frames else closing)
-        self._keep(_Whole(whole, before.earlier, before.earlier_rows, closing))
+        applied = {**before.applied, part: message.revision}
+        self._keep(_Whole(whole, before.earlier, before.earlier_rows, closing, applied))
         return whole
 
     def pending(self) -> list[int]:

@@ -1,11 +1,14 @@
 """The repartition topic of the two-stage scale-out: what stage 1 writes and stage 2 reads.
 
-Two kinds of records, told apart by the ``arrowagg.kind`` header:
+Three kinds of records, told apart by the ``arrowagg.kind`` header:
 
 - ``partial``: one window's partial aggregation state for the group keys that hash to
   the record's partition, as an Arrow IPC stream (``window_start``, the keys, the state
-  columns, ``__rows``). ``arrowagg.plan`` carries the aggregation plan (keys and
-  functions, JSON) so that any instance can merge and finalize it.
+  columns, ``__rows``). ``arrowagg.plan`` carries the aggregation plan (keys, functions,
+  expressions: JSON) so that any instance can merge and finalize it.
+- ``values``: for plans with aggregates that do not decompose (median, quantile,
+  n_unique, expressions), the window's buffered rows for the same keys (``window_start``,
+  the keys, the columns those aggregates read), with the same headers as a partial.
 - ``progress``: JSON, written to every partition in the same transaction as the
   partials before it: for each input partition the writer owns, the window frontier it
   has emitted through and whether it is idle, and the windows it emitted partials for.
@@ -40,6 +43,8 @@ HEADER_KIND: Final = "arrowagg.kind"
 HEADER_PLAN: Final = "arrowagg.plan"
 KIND_PARTIAL: Final = "partial"
 KIND_PROGRESS: Final = "progress"
+KIND_VALUES: Final = "values"
+_STATE_KINDS: Final = (KIND_PARTIAL, KIND_VALUES)
 CONTENT_TYPE_PROGRESS: Final = "application/json"  # one JSON document, not JSON lines
 
 
@@ -48,7 +53,7 @@ class RepartitionFormatError(ArrowaggError):
 
 
 @dataclass(frozen=True)
-class PartitionProgress:
+class ReportedFrontier:
     """An input partition's progress as its stage-1 owner reports it."""
 
     topic: str
@@ -58,33 +63,37 @@ class PartitionProgress:
 
 
 @dataclass(frozen=True)
-class Progress:
+class ProgressRecord:
     writer: str
-    partitions: tuple[PartitionProgress, ...]
+    partitions: tuple[ReportedFrontier, ...]
     windows: tuple[tuple[int, int], ...]  # (start, end) of windows with partials just sent
 
 
 @dataclass(frozen=True)
 class Partial:
+    """A ``partial`` record's state, or a ``values`` record's rows (``kind``)."""
+
     start_ms: int
     end_ms: int
     plan: str
     state: pa.Table
+    kind: str = KIND_PARTIAL
 
 
 def encode_partial(state: pa.Table, *, start_ms: int, end_ms: int, plan: str,
-                   compression: Compression, max_bytes: int,
+                   compression: Compression, max_bytes: int, kind: str = KIND_PARTIAL,
                    ) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
-    """``state`` as Arrow IPC streams of at most ``max_bytes``, with their headers."""
+    """``state`` (or, ``kind`` values, buffered rows) as Arrow IPC streams of at most
+    ``max_bytes``, with their headers."""
     pieces = encode_for_size(state, max_bytes=max_bytes, compression=compression)
-    base = [(HEADER_CONTENT_TYPE, CONTENT_TYPE.encode()), (HEADER_KIND, KIND_PARTIAL.encode()),
+    base = [(HEADER_CONTENT_TYPE, CONTENT_TYPE.encode()), (HEADER_KIND, kind.encode()),
             (HEADER_WINDOW_START, str(start_ms).encode()),
             (HEADER_WINDOW_END, str(end_ms).encode()), (HEADER_PLAN, plan.encode())]
     return [(piece, [*base, (HEADER_CHUNK, f"{i}/{len(pieces)}".encode())])
             for i, piece in enumerate(pieces, start=1)]
 
 
-def encode_progress(progress: Progress) -> tuple[bytes, list[tuple[str, bytes]]]:
+def encode_progress(progress: ProgressRecord) -> tuple[bytes, list[tuple[str, bytes]]]:
     value = json.dumps({
         "v": 1, "writer": progress.writer,
         "partitions": [[p.topic, p.partition, p.frontier_ms, p.idle]
@@ -96,9 +105,9 @@ def encode_progress(progress: Progress) -> tuple[bytes, list[tuple[str, bytes]]]
 
 
 def record_kind(headers: Headers) -> str:
-    """``partial`` or ``progress``; RepartitionFormatError for anything else."""
+    """``partial``, ``values`` or ``progress``; RepartitionFormatError for anything else."""
     kind = _headers(headers).get(HEADER_KIND)
-    if kind not in (KIND_PARTIAL, KIND_PROGRESS):
+    if kind not in (*_STATE_KINDS, KIND_PROGRESS):
         raise RepartitionFormatError(f"not a repartition record (arrowagg.kind={kind!r})")
     return kind
 
@@ -110,19 +119,22 @@ def decode_partial(value: bytes | None, headers: Headers) -> Partial:
         plan = found[HEADER_PLAN]
     except (KeyError, ValueError) as err:
         raise RepartitionFormatError(f"partial record without its headers ({err})") from err
-    return Partial(start, end, plan, decode_ipc_stream(value))
+    kind = found.get(HEADER_KIND, KIND_PARTIAL)
+    if kind not in _STATE_KINDS:
+        raise RepartitionFormatError(f"not a state record (arrowagg.kind={kind!r})")
+    return Partial(start, end, plan, decode_ipc_stream(value), kind)
 
 
-def decode_progress(value: bytes | None) -> Progress:
+def decode_progress(value: bytes | None) -> ProgressRecord:
     try:
         data = json.loads(value or b"")
         if data.get("v") != 1:
             raise RepartitionFormatError(f"progress record of version {data.get('v')!r}")
         partitions = tuple(
-            PartitionProgress(str(t), int(p), None if f is None else int(f), bool(i))
+            ReportedFrontier(str(t), int(p), None if f is None else int(f), bool(i))
             for t, p, f, i in data["partitions"])
         windows = tuple((int(s), int(e)) for s, e in data["windows"])
-        return Progress(str(data["writer"]), partitions, windows)
+        return ProgressRecord(str(data["writer"]), partitions, windows)
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise RepartitionFormatError(f"malformed progress record ({err})") from err
 

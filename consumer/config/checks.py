@@ -140,14 +140,6 @@ def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
     if settings.window.kind == "session":
         yield (("scale_out",), ("session windows run on one instance per consumer group for "
                "now: stage 2 does not merge partial sessions yet"))
-    if settings.window.late == "revise":
-        yield (("scale_out",), ("cannot revise emitted windows (window.late: revise): stage "
-               "2 keeps no state of the windows it has emitted; use window.late: topic or "
-               "drop with scale_out"))
-    for key, what in _buffered_aggregates(settings):
-        yield key, (f"{what} needs every value of a window, which the scale-out does not "
-                    "bring together (its stage 2 merges partial results); remove it, or "
-                    "the scale_out section")
     output = settings.output
     if scale_out.repartition_topic in {*settings.input.topics, output.topic,
                                        output.late_topic, output.dlq_topic}:

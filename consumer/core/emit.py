@@ -1,8 +1,8 @@
 """What closed windows become: the emitters the pipeline hands them to, and the log
 lines that say so.
 
-``FinalWindows`` encodes results for the output topic (one instance, or stage 2 of the
-scale-out); ``consumer/core/stage_one.py`` has the emitter of the scale-out's stage 1.
+``ResultEmitter`` encodes results for the output topic (one instance, or stage 2 of the
+scale-out); ``consumer/core/scale_out/stage_one.py`` has the emitter of the scale-out's stage 1.
 ``emitted_lines`` says what was emitted, one line per window and revision.
 """
 
@@ -26,7 +26,7 @@ REVISION = "revision"
 
 
 @dataclass(frozen=True)
-class Routes:
+class OutputSpec:
     """Where records go and how windows are encoded."""
 
     output_topic: str
@@ -38,6 +38,13 @@ class Routes:
     max_message_bytes: int = 1_000_000
     drop_late: bool = False  # late rows are counted only (window.late: drop)
     revision_column: bool = False  # results carry their revision (window.late: revise)
+
+
+def results_frame(window: ClosedWindow, spec: OutputSpec) -> pl.DataFrame:
+    """A window's results as subscribers get them: with its revision, under late: revise."""
+    if not spec.revision_column:
+        return window.frame
+    return window.frame.with_columns(pl.lit(window.revision, pl.Int64).alias(REVISION))
 
 
 class WindowEmitter(Protocol):
@@ -52,18 +59,16 @@ class WindowEmitter(Protocol):
         """Records to write with every commit (the scale-out's progress markers)."""
 
 
-class FinalWindows:
+class ResultEmitter:
     """One instance: each closed window's results, encoded for the output topic."""
 
-    def __init__(self, routes: Routes) -> None:
+    def __init__(self, routes: OutputSpec) -> None:
         self._routes = routes
 
     def window_records(self, window: ClosedWindow, plan: AggregationPlan,
                        ) -> list[OutputRecord]:
         routes = self._routes
-        frame = window.frame
-        if routes.revision_column:
-            frame = frame.with_columns(pl.lit(window.revision, pl.Int64).alias(REVISION))
+        frame = results_frame(window, routes)
         messages = encode_window(
             frame, start_ms=window.start_ms, end_ms=window.end_ms,
             input_rows=window.input_rows, fmt=routes.output_format,

@@ -35,6 +35,8 @@ class ValueBuffer:
         self._exprs += [e.expression.build().alias(e.name) for e in plan.expressions]
         self._order = [*self._group_by, *(a.name for a in plan.aggregates),
                        *(e.name for e in plan.expressions), ROW_COUNT]
+        self._distinct_only = not plan.expressions and all(
+            a.func == "n_unique" for a in plan.aggregates if a.holistic)
 
     @classmethod
     def for_plan(cls, plan: AggregationPlan, group_by: Sequence[str]) -> ValueBuffer | None:
@@ -46,6 +48,19 @@ class ValueBuffer:
     def take(self, rows: pl.LazyFrame) -> pl.DataFrame:
         """What to keep of a batch that carries the group-by columns."""
         return rows.select(*self._group_by, *self.columns).collect(engine="in-memory")
+
+    def export(self, frames: Sequence[pl.DataFrame]) -> pl.DataFrame | None:
+        """One window's buffered rows as another instance can read them (None: none):
+        keys as text (each instance fixes its own categorical encoding). When every
+        buffered aggregate is ``n_unique``, each distinct row once: all a distinct count
+        needs."""
+        if not frames:
+            return None
+        values = pl.concat(frames, how="vertical_relaxed")
+        text = [pl.col(c).cast(pl.String) for c, t in values.schema.items()
+                if isinstance(t, pl.Categorical | pl.Enum)]
+        values = values.with_columns(text) if text else values
+        return values.unique(maintain_order=True) if self._distinct_only else values
 
     def count(self, frames: Sequence[pl.DataFrame]) -> int:
         """Values held in ``frames``, for the memory budget: rows times buffered columns

@@ -63,7 +63,10 @@ class CommitMetadata:
     emitted or sent to the late topic, rows at or after it are in open sessions;
     ``waiting`` is the first offset whose rows were consumed but not yet taken into any
     session (they waited for a replay to end). ``window.late: revise`` only:
-    ``retention``, the emitted windows kept for revisions."""
+    ``retention``, the emitted windows kept for revisions. Stage 2 of the scale-out only:
+    ``early``, the windows whose part went out in early revisions (the memory budget) and
+    is not closed yet: (start, next revision, messages, rows, input rows) sent so far, so
+    that numbering and the end-of-window marker's counts survive a restart."""
 
     frontier: int | None
     position: int
@@ -71,6 +74,7 @@ class CommitMetadata:
     closed: tuple[tuple[int, int], ...] = ()
     waiting: int | None = None
     retention: Retention | None = None
+    early: tuple[tuple[int, int, int, int, int], ...] = ()
 
     def encode(self) -> str:
         data: dict[str, object] = {"v": 1, "frontier": self.frontier, "position": self.position,
@@ -81,6 +85,8 @@ class CommitMetadata:
             data["waiting"] = self.waiting
         if self.retention is not None:
             data["retained"] = self.retention.as_json()
+        if self.early:
+            data["early"] = [list(entry) for entry in self.early]
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -93,9 +99,11 @@ class CommitMetadata:
             if data.get("v") != 1:
                 return None
             closed = tuple((int(h), int(t)) for h, t in data.get("closed", ()))
+            early = tuple((int(a), int(b), int(c), int(d), int(e))
+                          for a, b, c, d, e in data.get("early", ()))
             return cls(_opt_int(data["frontier"]), int(data["position"]),
                        _opt_int(data["max_event_ms"]), closed, _opt_int(data.get("waiting")),
-                       Retention.from_json(data.get("retained")))
+                       Retention.from_json(data.get("retained")), early)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return None
 

@@ -25,10 +25,9 @@ import pyarrow as pa
 from consumer.core.budget import GroupBudget
 from consumer.core.decode import DecodedMessage, Decoder, RejectedMessageError, poll_frame
 from consumer.core.dlq import DlqLimit, dead_letter, dead_rows
-from consumer.core.emit import FinalWindows, Routes, WindowEmitter
-from consumer.core.engine.base import UnplannedEngine, WindowEngine
-from consumer.core.future import REASON as FUTURE
-from consumer.core.future import split_future, without_future_progress
+from consumer.core.emit import OutputSpec, ResultEmitter, WindowEmitter
+from consumer.core.future_rows import REASON as FUTURE
+from consumer.core.future_rows import split_future, without_future_progress
 from consumer.core.late import late_records
 from consumer.core.offsets import CommitMetadata
 from consumer.core.plan import AggregationPlan
@@ -41,6 +40,7 @@ from consumer.core.types import (
     PartitionKey,
     partition_names,
 )
+from consumer.core.windows.engine import UnplannedEngine, WindowEngine
 from wire.timestamps import rfc3339_ms
 
 log = logging.getLogger(__name__)
@@ -63,12 +63,12 @@ class _Assignment:
 
 
 class Pipeline:
-    def __init__(self, decoder: Decoder, build_engine: EngineFactory, routes: Routes, *,
+    def __init__(self, decoder: Decoder, build_engine: EngineFactory, routes: OutputSpec, *,
                  dlq_limit: DlqLimit, budget: GroupBudget, commit_interval_ms: int,
                  max_future_ms: int | None = None, emitter: WindowEmitter | None = None,
                  idle_timeout_ms: int | None = None) -> None:
         """``max_future_ms``: rows with event times after the wall clock plus this are
-        dead-lettered (consumer/core/future.py); None: no bound. ``emitter``: what
+        dead-lettered (consumer/core/future_rows.py); None: no bound. ``emitter``: what
         closed windows become (default: results on the output topic).
         ``idle_timeout_ms``: when a partition without data counts as idle before the plan
         is known (progress reports only)."""
@@ -79,7 +79,7 @@ class Pipeline:
         self._budget = budget
         self._commit_interval_ms = commit_interval_ms
         self._max_future_ms = max_future_ms
-        self._emitter = emitter or FinalWindows(routes)
+        self._emitter = emitter or ResultEmitter(routes)
         self._idle_timeout_ms = idle_timeout_ms
         self._engine: WindowEngine = UnplannedEngine(idle_timeout_ms=idle_timeout_ms)
         self._assigned: dict[PartitionKey, _Assignment] = {}

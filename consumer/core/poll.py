@@ -2,9 +2,10 @@
 
 ``PollPipeline`` is the interface of a pipeline to the run loop
 (consumer/kafka/processor.py): ``Pipeline`` (consumer/core/pipeline.py) on one instance,
-or both stages of the scale-out (consumer/core/two_stage.py). ``Processed`` says what a
+or both stages of the scale-out (consumer/core/scale_out/pipeline.py). ``Processed`` says what a
 ``process`` call took in, ``Flush`` what the run loop must produce, commit, pause and
-resume at a turn's end, and ``Counters`` what a pipeline has done so far.
+resume at a turn's end, ``Counters`` what a pipeline has done so far, and
+``TurnSnapshot`` where the run loop stood at the end of a turn.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class Flush:
 
 class PollPipeline(Protocol):
     """What the run loop drives: ``Pipeline``, or both stages of the scale-out
-    (consumer/core/two_stage.py)."""
+    (consumer/core/scale_out/pipeline.py)."""
 
     counters: Counters
 
@@ -89,3 +90,25 @@ class PollPipeline(Protocol):
     def paused(self) -> int: ...
     def waiting_windows(self) -> int: ...
     def holding_back(self) -> list[PartitionKey]: ...
+
+
+@dataclass(frozen=True)
+class TurnSnapshot:
+    """Where the daemon stood at the end of a turn of its loop: one consistent view.
+
+    Another thread (a test, the bench) must read this, not the processor's attributes:
+    mid-turn, rows can be counted but not yet in a window, or a window closed but its
+    output not yet committed, and a condition over several attributes can hold for a
+    moment that means nothing.
+    """
+
+    turns: int
+    counters: Counters
+    open_windows: int
+    pending_output: int  # records built, not yet committed
+    ready: bool
+
+    @property
+    def settled(self) -> bool:
+        """Nothing open and nothing waiting for a commit: all taken input is in output."""
+        return self.open_windows == 0 and self.pending_output == 0

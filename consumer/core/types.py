@@ -51,7 +51,11 @@ class MessageRef:
 class ClosedWindow:
     """One window's result: ``frame`` has window_start, window_end, keys, aggregates,
     row_count. ``final`` is False for an early revision (the memory budget was reached);
-    ``kind`` says how a revision relates to the ones before (``RevisionKind``)."""
+    ``kind`` says how a revision relates to the ones before (``RevisionKind``).
+
+    A window closed as a partial state (stage 1 of the scale-out) has the state in
+    ``frame`` and, when the plan buffers values, the window's buffered rows in
+    ``values`` (window_start, the keys as text, the buffered columns)."""
 
     start_ms: int
     end_ms: int
@@ -60,6 +64,7 @@ class ClosedWindow:
     final: bool = True
     revision: int = 0
     kind: RevisionKind = "full"
+    values: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)

@@ -47,16 +47,16 @@ BOOTSTRAP_SETTING = "kafka.bootstrap_servers or KAFKA_BOOTSTRAP_SERVERS"
 CREATE_COMMAND = "python -m consumer topics create --config CONFIG"
 
 
-class BrokerUnreachableError(KafkaSetupError):
+class KafkaUnreachableError(KafkaSetupError):
     """No broker answered at the bootstrap servers."""
 
     def __init__(self, problem: str, where: str = BOOTSTRAP_SETTING) -> None:
         super().__init__(f"{problem}; check {where}")
         self.problem = problem
 
-    def mended_at(self, where: str) -> BrokerUnreachableError:
+    def mended_at(self, where: str) -> KafkaUnreachableError:
         """The same error, naming ``where`` the address was set (a flag, a file's key)."""
-        return BrokerUnreachableError(self.problem, where)
+        return KafkaUnreachableError(self.problem, where)
 
 
 class MissingTopicsError(KafkaSetupError):
@@ -225,7 +225,7 @@ def cluster_metadata(client: AdminClient | Consumer, kafka: KafkaSettings,
     Asks for every topic rather than some: asking for one may auto-create it."""
     if (refused := nothing_listens(kafka.bootstrap_servers)) is not None:
         # No broker can answer: say so now rather than after the whole timeout.
-        raise BrokerUnreachableError(f"cannot reach Kafka at {kafka.bootstrap_servers} "
+        raise KafkaUnreachableError(f"cannot reach Kafka at {kafka.bootstrap_servers} "
                                      f"({refused})")
     try:
         metadata: ClusterMetadata = client.list_topics(timeout=timeout_s)
@@ -292,7 +292,7 @@ def _unreachable(kafka: KafkaSettings, timeout_s: float, error: KafkaError,
             "kafka.security: security_protocol, sasl_mechanism, sasl_username, "
             "sasl_password (or its file / ARROWAGG_KAFKA__SECURITY__SASL_PASSWORD)")
     detail = _reason(seen[0]) if seen else error.str()
-    return BrokerUnreachableError(f"cannot reach Kafka at {where} within {timeout_s:.0f}s "
+    return KafkaUnreachableError(f"cannot reach Kafka at {where} within {timeout_s:.0f}s "
                                   f"({detail})")
 
 

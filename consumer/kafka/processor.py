@@ -13,48 +13,32 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from consumer.config import ProcessingSettings
 from consumer.core.emit import emitted_lines
 from consumer.core.offsets import CommitMetadata, CommitPoint
-from consumer.core.poll import Counters, Flush, PollPipeline
+from consumer.core.poll import Counters, Flush, PollPipeline, TurnSnapshot
 from consumer.core.types import InputMessage, PartitionKey, partition_names
-from consumer.kafka.clients import InputConsumer, take_batch
+from consumer.kafka.clients import InputConsumer, RebalanceCallback, take_batch
+from consumer.kafka.errors import described, is_fatal
 from consumer.kafka.sink import AbortRequiredError, FatalKafkaError, OutputSink
 from consumer.service.observer import NullObserver, ProcessorObserver
 
 log = logging.getLogger(__name__)
 
 
+# How long the loop keeps trying to rewind (every turn) before it stops in one line: a
+# rewind that fails is retried as soon as the assignment settles, which takes a
+# rebalance, not minutes.
+REWIND_GIVE_UP_MS = 120_000
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True)
-class TurnSnapshot:
-    """Where the daemon stood at the end of a turn of its loop: one consistent view.
-
-    Another thread (a test, the bench) must read this, not the processor's attributes:
-    mid-turn, rows can be counted but not yet in a window, or a window closed but its
-    output not yet committed, and a condition over several attributes can hold for a
-    moment that means nothing.
-    """
-
-    turns: int
-    counters: Counters
-    open_windows: int
-    pending_output: int  # records built, not yet committed
-    ready: bool
-
-    @property
-    def settled(self) -> bool:
-        """Nothing open and nothing waiting for a commit: all taken input is in output."""
-        return self.open_windows == 0 and self.pending_output == 0
 
 
 class StreamProcessor:
@@ -71,7 +55,8 @@ class StreamProcessor:
         self._clock = clock
         self._paused: set[PartitionKey] = set()  # for the memory budget (core/budget.py)
         self._rewind_needed = False
-        self._fatal: FatalKafkaError | None = None  # met inside a rebalance callback
+        self._rewind_failing_since: int | None = None
+        self._fatal: BaseException | None = None  # met inside a rebalance callback
         self._closing = False
         self._stop = False
         self.progress = TurnSnapshot(0, Counters(), 0, 0, ready=False)
@@ -89,42 +74,78 @@ class StreamProcessor:
 
     def run(self) -> None:
         """Consume until ``request_stop``; commit what is done; close the clients."""
-        self.subscribe()
         try:
+            self.subscribe()
             while not self._stop:
                 self.run_once()
             self._flush(force=True)
+        except KafkaException as exc:
+            # Every call site answers the errors it can meet (consumer/kafka/errors.py);
+            # one that gets here is none of those: stop in one line, not a traceback.
+            raise FatalKafkaError(described(exc.args[0])) from exc
         finally:
             self.close()
 
     def subscribe(self) -> None:
-        self._consumer.subscribe(self._topics, on_assign=self._on_assign,
-                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self._consumer.subscribe(self._topics, on_assign=self._guarded(self._on_assign),
+                                 on_revoke=self._guarded(self._on_revoke),
+                                 on_lost=self._guarded(self._on_lost))
 
     def run_once(self) -> None:
         """One turn of the loop: poll, process, flush (``run`` repeats it)."""
         processing = self._processing
-        messages = take_batch(self._consumer, processing.poll_max_messages,
-                              processing.poll_timeout_ms / 1000)
+        try:
+            messages = take_batch(self._consumer, processing.poll_max_messages,
+                                  processing.poll_timeout_ms / 1000)
+        except KafkaException as exc:
+            self._client_error(exc.args[0])
+            return
         if self._fatal is not None:
             raise self._fatal
+        if not self._rewind_needed:
+            messages = self._hold_back_paused(messages)
         if self._rewind_needed:
             self._rewind()  # what this poll returned predates the rewind
             return
-        self._process(self._hold_back_paused(messages))
+        self._process(messages)
         self._keep_backlogged_alive()
         self._flush()
         self._report()
 
     def close(self) -> None:
         self._closing = True
-        self._consumer.close()
-        self._sink.close()
+        try:
+            self._consumer.close()  # leaves the group; its revoke callback runs in here
+        except KafkaException as exc:  # leaving is best effort: the session times out
+            log.info("consumer closed with an error: %s", exc.args[0].str())
+        finally:
+            self._sink.close()
 
     # -- rebalance callbacks (called from inside poll()) ------------------------------
 
+    def _guarded(self, callback: RebalanceCallback) -> RebalanceCallback:
+        """``callback`` as librdkafka must get it: raising nothing. librdkafka keeps an
+        exception raised in a callback pending in C, where it breaks later client calls
+        (the producer's flush on close, say); the loop raises it after the poll."""
+
+        def guarded(consumer: Any, partitions: list[TopicPartition]) -> None:
+            try:
+                callback(consumer, partitions)
+            except KafkaException as exc:
+                self._fatal = FatalKafkaError(described(exc.args[0]))
+            except Exception as err:  # noqa: BLE001 - re-raised by the loop, not lost
+                self._fatal = err
+
+        return guarded
+
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
-        committed = self._consumer.committed(partitions, timeout=30) if partitions else []
+        try:
+            committed = self._consumer.committed(partitions, timeout=30) if partitions else []
+        except KafkaException as exc:
+            # The partitions are ours, from offsets we cannot read now: take them as
+            # uncommitted and rewind, which reads the offsets again before any message.
+            self._rewind_later("reading the committed offsets", exc.args[0])
+            committed = partitions
         now = self._clock()
         for tp in committed:
             self._pipeline.assign((tp.topic, tp.partition), tp.offset if tp.offset >= 0 else None,
@@ -139,12 +160,10 @@ class StreamProcessor:
         if not self._rewind_needed and not self._closing:
             try:
                 self._flush(force=True)  # commit what is done before the partitions go
-            except FatalKafkaError as err:
-                # Raised from the loop, never through librdkafka's callback: an exception
-                # left pending in the client broke the producer's flush on close (a
-                # SystemError and a traceback instead of the one line for a fenced zombie).
-                self._fatal = err
-        self._forget(partitions)
+            finally:
+                self._forget(partitions)  # a fatal error is raised from the loop
+        else:
+            self._forget(partitions)
         # Open windows hold rows of the revoked partitions, which their new owner replays:
         # rebuild ours from the committed offsets of what we keep.
         if not self._closing:
@@ -182,7 +201,13 @@ class StreamProcessor:
             else:
                 kept.append(message)
         for (topic, partition), offset in first_held.items():
-            self._consumer.seek(TopicPartition(topic, partition, offset))
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                # The held messages would be skipped: replay them, and all, from the
+                # commit (the partition may not even be ours any more).
+                self._rewind_later(f"seeking back in {topic}[{partition}]", exc.args[0])
+                return []
         return kept
 
     def _process(self, messages: list[Message]) -> None:
@@ -214,11 +239,14 @@ class StreamProcessor:
         assigned = self._pipeline.assigned()
         if not assigned:
             return
-        positions = self._consumer.position([TopicPartition(t, p) for t, p in assigned])
         behind = []
-        for tp in positions:
+        for tp in self._positions(assigned):
             key = (tp.topic, tp.partition)
-            low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            try:
+                low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException as exc:
+                self._skip_unless_fatal(exc.args[0])
+                continue  # not known to the client now: no backlog we know of, this turn
             position = tp.offset
             if position < 0:  # nothing consumed from it yet: it starts at its commit
                 committed = assigned.get(key)
@@ -227,15 +255,21 @@ class StreamProcessor:
                 behind.append(key)
         self._pipeline.keep_alive(behind, self._clock())
 
+    def _positions(self, partitions: Iterable[PartitionKey]) -> list[TopicPartition]:
+        """Where the client stands in ``partitions``; those it cannot say (one a
+        rebalance took away between two calls) are left out, for this turn."""
+        try:
+            positions = self._consumer.position(_topic_partitions(list(partitions)))
+        except KafkaException as exc:
+            self._skip_unless_fatal(exc.args[0])
+            log.info("cannot read positions this turn: %s", exc.args[0].str())
+            return []
+        return [tp for tp in positions if tp.error is None]
+
     def _flush(self, *, force: bool = False) -> None:
         now = self._clock()
         flush = self._pipeline.flush(now, force=force)
-        if flush.pause:
-            self._consumer.pause(_topic_partitions(flush.pause))
-            self._paused.update(flush.pause)
-        if flush.resume:
-            self._consumer.resume(_topic_partitions(flush.resume))
-            self._paused.difference_update(flush.resume)
+        self._pause_and_resume(flush.pause, flush.resume)
         if not flush.commit:
             return
         try:
@@ -251,6 +285,19 @@ class StreamProcessor:
         self._observer.committed(flush.windows, now, self._clock())
         _log_emitted(flush)
 
+    def _pause_and_resume(self, pause: list[PartitionKey], resume: list[PartitionKey]) -> None:
+        try:
+            if pause:
+                self._consumer.pause(_topic_partitions(pause))
+                self._paused.update(pause)
+            if resume:
+                self._consumer.resume(_topic_partitions(resume))
+                self._paused.difference_update(resume)
+        except KafkaException as exc:
+            # The budget's pauses and the client's would disagree: a rewind releases
+            # every pause and builds the state (and the pauses it needs) anew.
+            self._rewind_later("pausing or resuming partitions", exc.args[0])
+
     def _report(self) -> None:
         self._observer.loop_turned(self._clock())
         pipeline = self._pipeline
@@ -263,29 +310,59 @@ class StreamProcessor:
 
     # -- recovery ----------------------------------------------------------------------
 
+    def _rewind_later(self, doing: str, error: KafkaError) -> None:
+        """Answer a client error by replaying from the committed offsets, next turn."""
+        self._skip_unless_fatal(error)
+        log.warning("%s failed (%s): replaying from the committed offsets", doing, error.str())
+        self._rewind_needed = True
+
     def _rewind(self) -> None:
-        """Throw away window state; replay every assigned partition from its commit."""
+        """Throw away window state; replay every assigned partition from its commit.
+
+        Any client error on the way leaves the rewind to do again on the next turn, on
+        the assignment as it is then: what the polls in between return is dropped."""
+        try:
+            self._rewind_now()
+        except KafkaException as exc:
+            error = exc.args[0]
+            now = self._clock()
+            since = self._rewind_failing_since = self._rewind_failing_since or now
+            if is_fatal(error) or now - since > REWIND_GIVE_UP_MS:
+                raise FatalKafkaError(
+                    f"consumer: cannot rewind to the committed offsets: {described(error)}"
+                ) from exc
+            log.warning("rewinding failed (%s); trying again on the next turn", error.str())
+            return
         self._rewind_needed = False
+        self._rewind_failing_since = None
+
+    def _rewind_now(self) -> None:
         assignment = self._consumer.assignment()
         committed = self._consumer.committed(assignment, timeout=30) if assignment else []
         points = {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None,
                                              CommitMetadata.decode(tp.metadata))
                   for tp in committed}
         targets, released = self._pipeline.restart(points, self._clock())
-        if released:  # the state they were paused for is gone
-            self._consumer.resume(_topic_partitions(released))
-            self._paused.difference_update(released)
+        # The state they were paused for is gone; so is any pause the budget and the
+        # client disagreed on (a pause or resume that failed).
+        paused = sorted(self._paused.union(released))
+        if paused:
+            self._consumer.resume(_topic_partitions(paused))
+            self._paused.clear()
         for (topic, partition), offset in targets.items():
             target = OFFSET_BEGINNING if offset is None else offset
             self._consumer.seek(TopicPartition(topic, partition, target))
         log.info("rewound %d partitions to their committed offsets", len(targets))
 
+    def _skip_unless_fatal(self, error: KafkaError) -> None:
+        if is_fatal(error):
+            raise FatalKafkaError(f"consumer: {described(error)}")
+
     def _client_error(self, error: KafkaError) -> None:
-        # A consumer's fatal error (a static member fenced by another with the same
-        # group.instance.id, say) arrives as an error event of code _FATAL, whose
-        # fatal() is False: left as a warning, it kept a dead consumer's daemon running.
-        if error.fatal() or error.code() == KafkaError._FATAL:
-            raise FatalKafkaError(f"consumer: {error.str()}")
+        """An error the client reported on its own (not a call's answer): stop on a fatal
+        one; the others (a broker going away, a retriable fetch error) the client
+        retries by itself."""
+        self._skip_unless_fatal(error)
         log.warning("consumer error: %s", error.str())
 
 

@@ -11,13 +11,14 @@ a crash between the two repeats the records, never loses them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from consumer.core.types import OutputRecord
 from consumer.kafka.clients import InputConsumer
+from consumer.kafka.errors import described, is_fatal, is_fenced
 from wire.errors import ArrowaggError
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,26 @@ class FatalKafkaError(ArrowaggError):
     """The producer cannot go on (fenced by a newer instance, or a fatal client error)."""
 
     headline: ClassVar[str] = "stopping on a fatal Kafka error: "
+
+
+class OutputProducer(Protocol):
+    """The part of confluent_kafka's Producer the sinks use; an in-memory fake
+    (tests/consumer/kafka/fake_broker.py) implements it too, raising librdkafka's errors
+    where a test asks it to."""
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                *args: Any, **kwargs: Any) -> None: ...
+    def poll(self, timeout: float = -1) -> int: ...
+    def flush(self, timeout: float = -1) -> int: ...
+    def init_transactions(self, timeout: float = -1) -> None: ...
+    def begin_transaction(self) -> None: ...
+    def send_offsets_to_transaction(self, positions: list[TopicPartition], group_metadata: Any,
+                                    timeout: float = -1) -> None: ...
+    def commit_transaction(self, timeout: float = -1) -> None: ...
+    def abort_transaction(self, timeout: float = -1) -> None: ...
+
+
+ProducerFactory = Callable[[dict[str, Any]], OutputProducer]
 
 
 class OutputSink(Protocol):
@@ -49,7 +70,7 @@ class _DeliveryTracker:
             self.errors.append(err)
 
 
-def _produce_all(producer: Producer, records: Sequence[OutputRecord],
+def _produce_all(producer: OutputProducer, records: Sequence[OutputRecord],
                  tracker: _DeliveryTracker) -> None:
     for record in records:
         while True:
@@ -68,15 +89,28 @@ def _produce_all(producer: Producer, records: Sequence[OutputRecord],
 
 
 class TransactionalSink:
-    def __init__(self, config: dict[str, Any], *, init_timeout_s: float = 30.0) -> None:
+    """Each flush one transaction. A client error is answered by its kind
+    (consumer/kafka/errors.py): fatal -> stop; abortable -> abort, then replay; anything
+    else (a timed-out commit, a state the producer should not be in) -> a new producer with
+    the same transactional.id, which fences this one's session and aborts whatever it left
+    open, then replay."""
+
+    def __init__(self, config: dict[str, Any], *, init_timeout_s: float = 30.0,
+                 new_producer: ProducerFactory = Producer) -> None:
         self._config = config
         self._init_timeout_s = init_timeout_s
-        self._producer = self._new_producer()
+        self._new_producer = new_producer
         self._failed: KafkaError | None = None  # the fatal error, once there is one
+        self._producer = self._started_producer()
 
-    def _new_producer(self) -> Producer:
-        producer = Producer(self._config)
-        _call(lambda: producer.init_transactions(self._init_timeout_s))
+    def _started_producer(self) -> OutputProducer:
+        producer = self._new_producer(self._config)
+        try:
+            _call(lambda: producer.init_transactions(self._init_timeout_s))
+        except KafkaException as exc:
+            self._failed = exc.args[0]
+            raise FatalKafkaError(
+                f"cannot start a transactional producer: {described(exc.args[0])}") from exc
         return producer
 
     def flush(self, records: Sequence[OutputRecord], offsets: Sequence[TopicPartition],
@@ -96,25 +130,34 @@ class TransactionalSink:
 
     def _handle(self, exc: KafkaException) -> None:
         error: KafkaError = exc.args[0]
+        if error.fatal():
+            self._failed = error
+            raise FatalKafkaError(described(error)) from exc
         if error.txn_requires_abort():
+            # Abortable first: librdkafka flags a stale group generation so (a
+            # FENCED_INSTANCE_ID on the offsets, after our own consumer rejoined the group
+            # with a new member id, say): a replay with the new generation mends it.
             log.warning("transaction aborted: %s", error.str())
             self._abort()
-            raise AbortRequiredError(error.str()) from exc
-        if error.code() == KafkaError._TIMED_OUT:
-            # A timed-out commit leaves the outcome unknown; a new producer (same id)
-            # fences the old session and aborts whatever it left open.
-            log.warning("transaction commit timed out; re-creating the producer")
-            self._producer = self._new_producer()
-            raise AbortRequiredError(error.str()) from exc
-        self._failed = error
-        raise FatalKafkaError(_described(error)) from exc
+        elif is_fatal(error) or is_fenced(error):
+            self._failed = error
+            raise FatalKafkaError(described(error)) from exc
+        else:
+            # A timed-out commit leaves the outcome unknown, and an error in another
+            # state leaves the producer's state unknown: start a session afresh.
+            log.warning("transaction failed (%s); re-creating the producer", error.str())
+            self._producer = self._started_producer()
+        raise AbortRequiredError(error.str()) from exc
 
     def _abort(self) -> None:
         try:
-            self._producer.abort_transaction(30)
+            _call(lambda: self._producer.abort_transaction(30))
         except KafkaException as exc:
-            self._failed = exc.args[0]
-            raise FatalKafkaError(f"abort failed: {exc.args[0].str()}") from exc
+            if is_fatal(exc.args[0]) or is_fenced(exc.args[0]):
+                self._failed = exc.args[0]
+                raise FatalKafkaError(f"abort failed: {described(exc.args[0])}") from exc
+            log.warning("abort failed (%s); re-creating the producer", exc.args[0].str())
+            self._producer = self._started_producer()
 
     def close(self) -> None:
         if self._failed is not None:
@@ -128,14 +171,18 @@ class TransactionalSink:
 
 
 class AtLeastOnceSink:
-    def __init__(self, config: dict[str, Any]) -> None:
-        self._producer = Producer(config)
+    def __init__(self, config: dict[str, Any], *,
+                 new_producer: ProducerFactory = Producer) -> None:
+        self._producer = new_producer(config)
 
     def flush(self, records: Sequence[OutputRecord], offsets: Sequence[TopicPartition],
               consumer: InputConsumer) -> None:
         tracker = _DeliveryTracker()
-        _produce_all(self._producer, records, tracker)
-        remaining = self._producer.flush(60)
+        try:
+            _produce_all(self._producer, records, tracker)
+            remaining = self._producer.flush(60)
+        except KafkaException as exc:
+            raise _stop_or_replay("output delivery failed", exc.args[0]) from exc
         if remaining or tracker.errors:
             detail = tracker.errors[0].str() if tracker.errors else f"{remaining} undelivered"
             raise AbortRequiredError(f"output delivery failed: {detail}")
@@ -143,27 +190,21 @@ class AtLeastOnceSink:
             try:
                 consumer.commit(offsets=list(offsets), asynchronous=False)
             except KafkaException as exc:
-                raise AbortRequiredError(f"offset commit failed: {exc.args[0].str()}") from exc
+                # A commit from a generation the group has left (ILLEGAL_GENERATION,
+                # REBALANCE_IN_PROGRESS, ...) is refused: replay from what is committed.
+                raise _stop_or_replay("offset commit failed", exc.args[0]) from exc
 
     def close(self) -> None:
         _close(self._producer)
 
 
-# What the broker and librdkafka say, in some order, when a newer producer with our
-# transactional.id has taken over (a restarted instance, or a second one with the same id).
-_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                     KafkaError.INVALID_PRODUCER_EPOCH})
+def _stop_or_replay(what: str, error: KafkaError) -> ArrowaggError:
+    if is_fatal(error):
+        return FatalKafkaError(f"{what}: {described(error)}")
+    return AbortRequiredError(f"{what}: {error.str()}")
 
 
-def _described(error: KafkaError) -> str:
-    """The error's text, saying plainly when it means we were fenced."""
-    fenced = error.code() in _FENCED or "old epoch" in error.str()
-    if fenced and "fenced" not in error.str():
-        return f"fenced by a newer instance with the same transactional.id ({error.str()})"
-    return error.str()
-
-
-def _close(producer: Producer) -> None:
+def _close(producer: OutputProducer) -> None:
     """Deliver what is queued; a producer already failed (fenced, say) has nothing left
     to deliver, and the error that stopped the daemon is the one to report."""
     try:

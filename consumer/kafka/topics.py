@@ -10,6 +10,7 @@ the dead-letter topic for both, since a dead letter carries the input message it
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -123,6 +124,8 @@ def create_topics(kafka: KafkaSettings, specs: list[TopicSpec], *, needed: Mappi
                          "lower --replication-factor")
     missing = [spec for spec in specs if spec.name not in metadata.topics]
     actions = dict(_create(admin, missing, replication, timeout_s, dry_run=dry_run))
+    _wait_listed(admin, [n for n, (action, _) in actions.items() if action == "created"],
+                 timeout_s)
     states = describe_topics(kafka, [s.name for s in specs], timeout_s)
     outcomes = []
     for spec in specs:
@@ -148,6 +151,21 @@ def describe_topics(kafka: KafkaSettings, names: Iterable[str],
         replicas = min((len(p.replicas) for p in partitions.values()), default=0)
         states[name] = TopicState(name, len(partitions), replicas, limits.get(name))
     return states
+
+
+def _wait_listed(admin: AdminClient, names: list[str], timeout_s: float) -> None:
+    """Until the broker's metadata lists every topic of ``names`` with its leaders.
+
+    CreateTopics answers once the controller has a topic; the broker answering clients'
+    metadata learns it a moment later, and a worker publishing right after `topics
+    create` (as the demo does) was told the topic did not exist."""
+    deadline = time.monotonic() + timeout_s
+    while names and time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        if all(name in topics and topics[name].partitions and all(
+                p.leader >= 0 for p in topics[name].partitions.values()) for name in names):
+            return
+        time.sleep(0.05)
 
 
 def _too_small(state: TopicState, needed: int | None) -> str | None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from bench import memory_floor
 from consumer.core.aggregate import PartialAggregator
-from consumer.core.emit import FinalWindows
+from consumer.core.emit import ResultEmitter
 
 
 def test_each_stage_peak_is_read_in_a_process_that_purges_at_once() -> None:
@@ -24,11 +24,11 @@ def test_each_stage_peak_is_read_in_a_process_that_purges_at_once() -> None:
 
 def test_the_stages_are_the_classes_own_methods_again_afterwards() -> None:
     methods = [PartialAggregator.partial, PartialAggregator.merge,
-               PartialAggregator.finalize, FinalWindows.window_records]
+               PartialAggregator.finalize, ResultEmitter.window_records]
     run = memory_floor.stream_live(2e7, 100, 1)
     assert run["stages"]["partial"]["calls"] == 5
     assert [PartialAggregator.partial, PartialAggregator.merge,
-            PartialAggregator.finalize, FinalWindows.window_records] == methods
+            PartialAggregator.finalize, ResultEmitter.window_records] == methods
 
 
 def run_at(groups: int, steady_mb: float, peaks_mb: list[float]) -> dict[str, Any]:

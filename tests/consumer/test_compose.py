@@ -8,18 +8,18 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from consumer.config import plan_for, settings_from_dict
-from tests.consumer.kafka.test_processor import SITES, SOURCE, Rig, config
+from tests.consumer.kafka.rig import ABSENT, SITES, SOURCE, Rig, config
 
 SCHEMA = pa.schema([("site", pa.string()), ("ts", pa.timestamp("ms", tz="UTC")),
                     ("v", pa.float64())])
 
 
-COUNT_WINDOW = {"kind": "count", "time": None, "size_ms": None, "timestamp_column": "ts"}
+COUNT_WINDOW = {"kind": "count", "time": ABSENT, "size_ms": ABSENT, "timestamp_column": "ts"}
 
 
 @pytest.mark.parametrize(("window", "kind"), [
     ({**COUNT_WINDOW, "count_rows": 10}, "count"),
-    ({"time": "processing", "idle_timeout_ms": None}, "processing-time tumbling"),
+    ({"time": "processing", "idle_timeout_ms": ABSENT}, "processing-time tumbling"),
 ])
 def test_the_timestamp_column_is_no_key_of_windows_without_event_time(
         window: dict[str, object], kind: str) -> None:
@@ -41,7 +41,7 @@ def test_a_timestamp_column_listed_in_the_keys_stays_a_key() -> None:
 
 @pytest.mark.parametrize("window", [
     {**COUNT_WINDOW, "count_rows": 1_250},
-    {"time": "processing", "idle_timeout_ms": None, "size_ms": 10_000},
+    {"time": "processing", "idle_timeout_ms": ABSENT, "size_ms": 10_000},
 ], ids=["count", "processing-time"])
 def test_windows_without_event_time_group_by_the_keys_not_by_time(
         window: dict[str, object]) -> None:

@@ -553,19 +553,14 @@ def test_late_drop_with_a_late_topic_is_a_contradiction() -> None:
     assert "output.late_topic: window.late is drop" in message
 
 
-@pytest.mark.parametrize(("extra", "says"), [
-    ({"window": {"size_ms": 1_000, "timestamp_column": "ts", "late": "revise",
-                 "revision_lateness_ms": 5_000}}, "cannot revise emitted windows"),
-    ({"aggregation": {"columns": {"latency": {"quantile": 0.99}}}},
-     ("aggregation.columns.latency: quantile needs every value of a window, which the "
-     "scale-out does not bring together (its stage 2 merges partial results); remove it, or "
-     "the scale_out section")),
-    ({"aggregation": {"expressions": {"p": "pl.col('x').median()"}}},
-     "aggregation.expressions.p: an expression needs every value of a window"),
-])
-def test_the_scale_out_refuses_what_it_cannot_merge(extra: dict[str, Any], says: str) -> None:
-    message = config_error(minimal(scale_out={"repartition_topic": "re"}, **extra))
-    assert says in message
+def test_the_scale_out_takes_revisions_and_aggregates_that_need_the_windows_values() -> None:
+    settings = settings_from_dict(minimal(scale_out={"repartition_topic": "re"}, aggregation={
+        "columns": {"latency": {"quantile": 0.99}, "user": "n_unique"},
+        "expressions": {"p": "pl.col('x').median()"}}, window={
+        "size_ms": 1_000, "timestamp_column": "ts", "late": "revise",
+        "revision_lateness_ms": 5_000}))
+    assert settings.scale_out is not None
+    assert settings.window.late == "revise"
 
 
 def test_quantiles_and_expressions_are_checked_when_loaded() -> None:

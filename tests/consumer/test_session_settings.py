@@ -18,7 +18,7 @@ import yaml
 from consumer.cli import main
 from consumer.compose import build_engine
 from consumer.config import ConfigError, plan_for, settings_from_dict
-from consumer.core.engine.session import SessionWindowEngine
+from consumer.core.windows.session.engine import SessionWindowEngine
 from consumer.kafka.tail_views import print_window
 from tests.conftest import REPO
 from wire.output import OutputWindow

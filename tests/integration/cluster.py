@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._metadata import PartitionMetadata  # not re-exported
 from confluent_kafka.cimpl import NewTopic
 
-from tests.conftest import KAFKA_LOCAL, REPO
+from tests.conftest import KAFKA_LOCAL
 
 TRANSACTION_STATE = "__transaction_state"
 CONSUMER_OFFSETS = "__consumer_offsets"
@@ -43,7 +42,6 @@ class LocalCluster:
 
     @classmethod
     def start(cls, state_dir: Path, nodes: int = 3) -> LocalCluster:
-        _seed_jars(state_dir)
         began = time.monotonic()
         started = _kafka_local(state_dir, "start", "--cluster", str(nodes))
         if started.returncode != 0:
@@ -78,13 +76,6 @@ class LocalCluster:
 
     def log_tails(self, chars: int = 3000) -> str:
         return _kafka_local(self.state_dir, "logs").stdout[-chars:]
-
-
-def _seed_jars(state_dir: Path) -> None:
-    """The session broker's jars, so this state directory needs no Maven run."""
-    session_lib = Path(os.environ.get("KAFKA_LOCAL_DIR", REPO / ".kafka-local")) / "lib"
-    if (session_lib / ".pom-sha256").exists() and not (state_dir / "lib").exists():
-        shutil.copytree(session_lib, state_dir / "lib")
 
 
 def _kafka_local(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

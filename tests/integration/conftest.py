@@ -11,7 +11,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -21,9 +20,10 @@ from confluent_kafka.admin import AdminClient
 
 from consumer.compose import build_processor
 from consumer.config import Settings, settings_from_dict
-from consumer.kafka.processor import StreamProcessor, TurnSnapshot
+from consumer.core.poll import TurnSnapshot
+from consumer.kafka.processor import StreamProcessor
 from consumer.service.observer import ProcessorObserver
-from tests.conftest import KAFKA_LOCAL, REPO
+from tests.conftest import KAFKA_LOCAL
 from wire.input import encode_ipc_stream, message_headers, schema_fingerprint
 
 
@@ -131,7 +131,7 @@ def _partitions(bootstrap: str, topic: str) -> list[int]:
 
 def end_offsets(bootstrap: str, topic: str) -> list[int]:
     """The end (high watermark) of each partition of ``topic``."""
-    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets"})
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"end-{uuid.uuid4().hex}"})
     try:
         return [reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
                 for p in _partitions(bootstrap, topic)]
@@ -179,9 +179,6 @@ def scram_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScramBrok
     """A second local broker, in its own KAFKA_LOCAL_DIR (the session broker is left
     alone), with a SASL_PLAINTEXT listener and one SCRAM-SHA-256 user."""
     state = tmp_path_factory.mktemp("kafka-scram")
-    jars = Path(os.environ.get("KAFKA_LOCAL_DIR", REPO / ".kafka-local")) / "lib"
-    if (jars / ".pom-sha256").exists():
-        (state / "lib").symlink_to(jars.resolve())  # the session broker's jars: no Maven
     env = {**os.environ, "KAFKA_LOCAL_DIR": str(state)}
     user, password = "arrowagg", f"pw-{uuid.uuid4().hex}"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
-from tests.conftest import KAFKA_LOCAL, REPO
+from tests.conftest import KAFKA_LOCAL
 from wire.input import encode_ipc_stream, message_headers, schema_fingerprint
 
 FIGURES = Path(__file__).resolve().parent / "figures"
@@ -84,7 +83,6 @@ class LocalBroker:
 
     @classmethod
     def start(cls, state_dir: Path) -> LocalBroker:
-        _seed_jars(state_dir)
         result = _kafka_local("start", state_dir)
         if result.returncode != 0:
             raise AssertionError(f"scripts/kafka-local start failed:\n{result.stderr[-4000:]}")
@@ -139,14 +137,6 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def _seed_jars(state_dir: Path) -> None:
-    """Reuse the session broker's jars, so a fresh state directory needs no Maven run
-    (kafka-local checks their stamp and fetches them again if the pom changed)."""
-    session_lib = Path(os.environ.get("KAFKA_LOCAL_DIR", REPO / ".kafka-local")) / "lib"
-    if (session_lib / ".pom-sha256").exists() and not (state_dir / "lib").exists():
-        shutil.copytree(session_lib, state_dir / "lib")
 
 
 def _kafka_local(command: str, state_dir: Path) -> subprocess.CompletedProcess[str]:

@@ -24,7 +24,7 @@ from tests.integration.conftest import (
     wait_all_committed,
     wait_for,
 )
-from tests.integration.test_pipeline import T0, output_frame, sensor_table
+from tests.integration.data import T0, output_frame, sensor_table
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from consumer.kafka.tail import read_output
 from consumer.service.observer import NullObserver
 from tests.conftest import TopicFactory
 from tests.integration.conftest import daemon_settings, publish_tables, running_daemon, wait_for
-from tests.integration.test_pipeline import KEYS, T0, reference, sensor_table
+from tests.integration.data import KEYS, T0, reference, sensor_table
 
 pytestmark = pytest.mark.integration
 

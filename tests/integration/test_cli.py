@@ -34,8 +34,8 @@ from tests.integration.conftest import (
     running_daemon,
     wait_all_committed,
 )
-from tests.integration.test_pipeline import KEYS, T0, sensor_table
-from tests.wire.test_console import closed_pipe_run
+from tests.integration.data import KEYS, T0, sensor_table
+from tests.wire.helpers import closed_pipe_run
 from wire.errors import EXIT_PIPE_CLOSED
 from wire.output import OutputFormat, encode_window
 

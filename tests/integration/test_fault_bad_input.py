@@ -21,8 +21,8 @@ from polars.testing import assert_frame_equal
 from consumer import __version__
 from tests.conftest import TopicFactory
 from tests.integration.conftest import daemon_settings, running_daemon, wait_for
+from tests.integration.data import KEYS, T0, output_frame, reference, sensor_table
 from tests.integration.faults import group_committed, read_topic, repeated_groups, write_figures
-from tests.integration.test_pipeline import KEYS, T0, output_frame, reference, sensor_table
 from wire.input import encode_ipc_stream, message_headers, schema_fingerprint
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

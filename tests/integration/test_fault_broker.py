@@ -9,29 +9,34 @@ partition whose messages wait on the broker must not be declared idle and its ro
 
 from __future__ import annotations
 
-import itertools
 import random
 import signal
-import subprocess
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 import yaml
 from confluent_kafka.admin import AdminClient
 from polars.testing import assert_frame_equal
 
 from tests.conftest import TopicFactory
+from tests.integration.broker_faults import (
+    IDLE_TIMEOUT_MS,
+    PARTITIONS,
+    SPAN_MS,
+    event_time_batches,
+    stuck_daemon_report,
+)
 from tests.integration.conftest import (
     daemon_settings,
     publish_tables,
     running_daemon,
     wait_all_committed,
 )
+from tests.integration.daemon_runs import SIZE_MS, sorted_rows, start_daemon, write_config
+from tests.integration.data import KEYS, T0, output_frame, reference, sensor_table
 from tests.integration.faults import (
     DurablePublisher,
     LocalBroker,
@@ -45,28 +50,10 @@ from tests.integration.faults import (
     wait_until,
     write_figures,
 )
-from tests.integration.test_pipeline import KEYS, T0, output_frame, reference, sensor_table
-from tests.integration.test_recovery import SIZE_MS, sorted_rows, start_daemon, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 STOPS = (signal.SIGKILL, signal.SIGTERM, signal.SIGKILL)
-PARTITIONS = 3
-SPAN_MS = 30
-# Idleness is measured on the daemon's clock as "no message delivered": it cannot tell
-# "no input" from "no broker" (nor from a backlog, see the last test). With a timeout
-# shorter than an outage every open window would close during it and the rows published
-# meanwhile would arrive late. Far above any outage here; the run ends with a sentinel
-# batch that moves the watermark instead.
-IDLE_TIMEOUT_MS = 120_000
-
-
-def event_time_batches(rng: random.Random) -> Iterator[tuple[int, pa.Table]]:
-    """Endless input, each partition in event-time order."""
-    for batch in itertools.count():
-        for partition in range(PARTITIONS):
-            yield partition, sensor_table(rng, rng.randrange(20, 80), T0 + batch * SPAN_MS,
-                                          SPAN_MS)
 
 
 def broker_config(path: Path, bootstrap: str, source: str, sink: str, late: str) -> Path:
@@ -76,15 +63,6 @@ def broker_config(path: Path, bootstrap: str, source: str, sink: str, late: str)
     config["output"]["late_topic"] = late
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-def stuck_daemon_report(daemon: subprocess.Popen[bytes], log: Path, what: str) -> str:
-    """Make a daemon that stopped making progress print every thread's stack (Python's
-    faulthandler, on SIGABRT) and return its log's tail for the failure message."""
-    if daemon.poll() is None:
-        daemon.send_signal(signal.SIGABRT)
-        daemon.wait(10)
-    return f"{what}; the daemon's log ends:\n{log.read_text()[-6000:]}"
 
 
 def test_three_broker_restarts_mid_run_lose_nothing_and_duplicate_nothing(

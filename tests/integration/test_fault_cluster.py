@@ -21,6 +21,13 @@ import pytest
 import yaml
 from polars.testing import assert_frame_equal
 
+from tests.integration.broker_faults import (
+    IDLE_TIMEOUT_MS,
+    PARTITIONS,
+    SPAN_MS,
+    event_time_batches,
+    stuck_daemon_report,
+)
 from tests.integration.cluster import (
     CONSUMER_OFFSETS,
     TRANSACTION_STATE,
@@ -36,6 +43,8 @@ from tests.integration.cluster import (
     partitions,
     restore_preferred_leaders,
 )
+from tests.integration.daemon_runs import SIZE_MS, sorted_rows, start_daemon, write_config
+from tests.integration.data import KEYS, T0, output_frame, reference, sensor_table
 from tests.integration.faults import (
     DurablePublisher,
     PacedPublishing,
@@ -47,15 +56,6 @@ from tests.integration.faults import (
     wait_until,
     write_figures,
 )
-from tests.integration.test_fault_broker import (
-    IDLE_TIMEOUT_MS,
-    PARTITIONS,
-    SPAN_MS,
-    event_time_batches,
-    stuck_daemon_report,
-)
-from tests.integration.test_pipeline import KEYS, T0, output_frame, reference, sensor_table
-from tests.integration.test_recovery import SIZE_MS, sorted_rows, start_daemon, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

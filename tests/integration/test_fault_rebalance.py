@@ -18,11 +18,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._group import ConsumerGroupDescription
 from polars.testing import assert_frame_equal
 
 from tests.conftest import TopicFactory
 from tests.integration.conftest import publish_tables
+from tests.integration.daemon_runs import SIZE_MS, sorted_rows, start_daemon, write_config
+from tests.integration.data import KEYS, make_input, output_frame, reference
 from tests.integration.faults import (
     end_offsets,
     group_committed,
@@ -32,12 +33,12 @@ from tests.integration.faults import (
     wait_until,
     write_figures,
 )
-from tests.integration.test_pipeline import KEYS, make_input, output_frame, reference
-from tests.integration.test_recovery import SIZE_MS, sorted_rows, start_daemon, write_config
+from tests.integration.instances import owners
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PARTITIONS = 4
+
 SPAN_MS = 30
 # Between chunks the input pauses for longer than the idle timeout, so the open windows
 # close on idleness: chunks end on window boundaries, or their next rows would be late.
@@ -53,32 +54,6 @@ def keyed_chunks(chunks: int) -> list[list[tuple[int, pa.Table]]]:
                                           producers=PARTITIONS, span_ms=SPAN_MS))
     size = BATCHES_PER_CHUNK * PARTITIONS
     return [keyed[i:i + size] for i in range(0, len(keyed), size)]
-
-
-def describe(admin: AdminClient, group: str) -> ConsumerGroupDescription | None:
-    try:
-        description: ConsumerGroupDescription = (
-            admin.describe_consumer_groups([group])[group].result(timeout=10))
-    except Exception:  # noqa: BLE001 - the group may not exist yet
-        return None
-    return description
-
-
-def owners(admin: AdminClient, group: str, topic: str,
-           partitions: int = PARTITIONS) -> dict[str, list[int]]:
-    """Each member's instance id and partitions, once every partition has an owner
-    (``{}`` while a rebalance is under way)."""
-    description = describe(admin, group)
-    if description is None:
-        return {}
-    owned = {
-        member.group_instance_id or member.member_id: sorted(
-            tp.partition for tp in member.assignment.topic_partitions if tp.topic == topic)
-        for member in description.members
-    }
-    if sorted(p for parts in owned.values() for p in parts) != list(range(partitions)):
-        return {}
-    return owned
 
 
 def test_two_instances_kill_and_restart_one_merge_to_the_reference(
@@ -98,10 +73,10 @@ def test_two_instances_kill_and_restart_one_merge_to_the_reference(
 
     def wait_for_owners(count: int, what: str) -> None:
         def settled() -> bool:
-            layout = owners(admin, group, source)
+            layout = owners(admin, group, source, PARTITIONS)
             return len(layout) == count and all(layout.values())
         settled_after_s.append(round(wait_until(settled, timeout_s=60, what=what), 1))
-        layouts.append(owners(admin, group, source))
+        layouts.append(owners(admin, group, source, PARTITIONS))
 
     try:
         daemons["a"] = start_daemon(configs["a"], logs["a"])

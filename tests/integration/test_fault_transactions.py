@@ -25,8 +25,8 @@ from tests.integration.conftest import (
     running_daemon,
     wait_all_committed,
 )
-from tests.integration.test_pipeline import KEYS, make_input, output_frame, reference
-from tests.integration.test_recovery import SIZE_MS
+from tests.integration.daemon_runs import SIZE_MS
+from tests.integration.data import KEYS, make_input, output_frame, reference
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

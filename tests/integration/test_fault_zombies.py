@@ -21,6 +21,8 @@ from polars.testing import assert_frame_equal
 
 from tests.conftest import TopicFactory
 from tests.integration.conftest import committed_offsets, end_offsets, publish_tables
+from tests.integration.daemon_runs import SIZE_MS, start_daemon, write_config
+from tests.integration.data import KEYS, make_input, output_frame, reference
 from tests.integration.faults import (
     keyed_by_partition,
     late_rows_logged,
@@ -28,9 +30,7 @@ from tests.integration.faults import (
     wait_until,
     write_figures,
 )
-from tests.integration.test_fault_rebalance import owners
-from tests.integration.test_pipeline import KEYS, make_input, output_frame, reference
-from tests.integration.test_recovery import SIZE_MS, start_daemon, write_config
+from tests.integration.instances import owners
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

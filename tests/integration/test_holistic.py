@@ -18,7 +18,7 @@ from tests.integration.conftest import (
     wait_all_committed,
     wait_for,
 )
-from tests.integration.test_pipeline import make_input, output_frame
+from tests.integration.data import make_input, output_frame
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from tests.integration.conftest import (
     running_daemon,
     wait_all_committed,
 )
+from tests.integration.data import KEYS, T0, output_frame, reference, sensor_table
 from tests.integration.faults import read_topic
-from tests.integration.test_pipeline import KEYS, T0, output_frame, reference, sensor_table
 from wire.input import decode_ipc_stream, encode_ipc_stream
 
 pytestmark = pytest.mark.integration

@@ -29,9 +29,9 @@ from tests.integration.conftest import (
     running_daemon,
     wait_for,
 )
+from tests.integration.daemon_runs import start_running_daemon, write_config
+from tests.integration.data import KEYS, T0, make_input, reference, sensor_table
 from tests.integration.faults import read_topic, write_figures
-from tests.integration.test_pipeline import KEYS, T0, make_input, reference, sensor_table
-from tests.integration.test_recovery import start_running_daemon, write_config
 from wire.input import decode_ipc_stream
 from wire.output import OutputWindow, decode_output
 

@@ -24,10 +24,9 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from tests.conftest import REPO
-from tests.consumer.service.test_health import http_get, scrape, total
-from tests.consumer.service.test_sdnotify import Receiver
+from tests.consumer.service.probes import Receiver, http_get, scrape, total
 from tests.integration.conftest import ScramBroker, publish_tables, wait_for
-from tests.integration.test_pipeline import T0, output_frame, sensor_table
+from tests.integration.data import T0, output_frame, sensor_table
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from consumer.core.types import PartitionKey
 from consumer.service.fanout import start_service
 from consumer.service.observer import NullObserver
 from tests.conftest import TopicFactory
-from tests.consumer.service.test_health import Samples, http_get, scrape, total
+from tests.consumer.service.probes import Samples, http_get, scrape, total
 from tests.integration.conftest import (
     daemon_settings,
     publish_tables,
@@ -25,7 +25,7 @@ from tests.integration.conftest import (
     wait_all_committed,
     wait_for,
 )
-from tests.integration.test_pipeline import T0, sensor_table
+from tests.integration.data import T0, sensor_table
 
 pytestmark = pytest.mark.integration
 

@@ -25,9 +25,9 @@ from tests.integration.conftest import (
     running_daemon,
     wait_all_committed,
 )
+from tests.integration.daemon_runs import IDLE_TIMEOUT_MS, run_with_faults
+from tests.integration.data import KEYS, T0, output_frame, sensor_table
 from tests.integration.faults import write_figures
-from tests.integration.test_pipeline import KEYS, T0, output_frame, sensor_table
-from tests.integration.test_recovery import IDLE_TIMEOUT_MS, run_with_faults
 
 pytestmark = pytest.mark.integration
 

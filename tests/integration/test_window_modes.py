@@ -14,7 +14,7 @@ from tests.integration.conftest import (
     running_daemon,
     wait_all_committed,
 )
-from tests.integration.test_pipeline import T0, make_input
+from tests.integration.data import T0, make_input
 
 pytestmark = pytest.mark.integration
 

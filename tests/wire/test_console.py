@@ -4,30 +4,13 @@ pipes: the read end is closed before the command writes, so its first write fail
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from tests.conftest import REPO
+from tests.wire.helpers import closed_pipe_run
 from wire.errors import EXIT_PIPE_CLOSED
-
-
-def closed_pipe_run(*argv: str) -> subprocess.CompletedProcess[bytes]:
-    """Run ``python -m argv...`` with a stdout whose reader has already gone."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("ARROWAGG_") and k != "KAFKA_BOOTSTRAP_SERVERS"}
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    try:
-        return subprocess.run([sys.executable, "-m", *argv], stdout=write_end,
-                              stderr=subprocess.PIPE, cwd=REPO, env=env, timeout=120,
-                              check=False)
-    finally:
-        os.close(write_end)
 
 
 def sample(tmp_path: Path) -> Path:

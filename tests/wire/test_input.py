@@ -152,7 +152,7 @@ def table_of(rows: int) -> pa.Table:
     return pa.table({"id": pa.array(range(rows), pa.int64()), "word": pa.array(words)})
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(rows=st.integers(0, 3_000), max_bytes=st.integers(600, 60_000),
        compression=st.sampled_from(COMPRESSIONS))
 def test_encode_for_size_fits_and_keeps_every_row(
@@ -485,13 +485,11 @@ def decodes_or_rejects(value: bytes) -> None:
         assert str(outcome.schema)  # every name and type readable
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=2_000))
 def test_arbitrary_bytes_decode_or_are_rejected(value: bytes) -> None:
     decodes_or_rejects(value)
 
 
-@settings(max_examples=400, deadline=None)
 @given(seed=st.sampled_from(SEED_STREAMS), data=st.data())
 def test_mutated_streams_decode_or_are_rejected(seed: bytes, data: st.DataObject) -> None:
     decodes_or_rejects(mutated(seed, data))

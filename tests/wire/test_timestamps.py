@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta, timezone
 
 import polars as pl
 
+from tests.wire.helpers import RFC3339_UTC
 from wire.timestamps import rfc3339_columns, rfc3339_datetime, rfc3339_ms
 
-RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 INSTANT = datetime(2025, 1, 31, 12, 0, 5, 123456, tzinfo=UTC)
 
 

@@ -43,7 +43,7 @@ def _same_verdict(array: pa.Array) -> None:
             validate_batch(batch)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from([pa.string(), pa.large_string()]),
        offsets=st.lists(st.integers(-2, 14), min_size=1, max_size=6), data=_BYTES,
        nulls=st.none() | st.lists(st.booleans(), min_size=5, max_size=5))
@@ -58,7 +58,7 @@ def test_strings_are_rejected_exactly_when_pyarrow_rejects_them(
     _same_verdict(array)
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(indices=st.lists(st.integers(-3, 6), max_size=6),
        values=st.lists(st.sampled_from(["a", "bc", "é", ""]), max_size=4),
        with_nulls=st.booleans())

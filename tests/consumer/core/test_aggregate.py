@@ -11,14 +11,14 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from consumer.core.aggregate import _STREAMING_MERGE_FROM_ROWS, PartialAggregator
 from consumer.core.decode import Decoder, poll_frame
 from consumer.core.plan import AggregationPlan, derive_plan
-from consumer.core.window_store import WindowStore
+from consumer.core.windows.store import WindowStore
 from wire.input import DecodeLimits, dictionary_keys, encode_ipc_stream
 
 # -- the random-rows property -------------------------------------------------------------
@@ -103,7 +103,6 @@ def assert_same_groups(got: pl.DataFrame, expected: pl.DataFrame, by: Sequence[s
     )
 
 
-@settings(deadline=None)
 @given(rows=rows_strategy, cuts=st.lists(st.integers(0, 10**6), max_size=6))
 def test_any_split_equals_one_sql_group_by(rows: list[tuple[Any, ...]], cuts: list[int]) -> None:
     frame = make_rows(rows)
@@ -111,7 +110,6 @@ def test_any_split_equals_one_sql_group_by(rows: list[tuple[Any, ...]], cuts: li
     assert_same_groups(got, duckdb_reference(frame, REFERENCE_SQL), GROUP_BY)
 
 
-@settings(deadline=None)
 @given(
     rows=rows_strategy,
     cuts=st.lists(st.integers(0, 10**6), max_size=8),
@@ -176,7 +174,6 @@ def encoded_message(rows: list[tuple[Any, ...]], encoding: Encoding, rng: Any) -
     return encode_ipc_stream(pa.Table.from_arrays(arrays, names=MESSAGE_SCHEMA.names))
 
 
-@settings(deadline=None, max_examples=60)
 @given(messages=messages_strategy, poll_sizes=st.lists(st.integers(1, 4), min_size=1),
        merge_every=st.integers(1, 3))
 def test_any_messages_in_any_key_encoding_equal_one_sql_group_by(

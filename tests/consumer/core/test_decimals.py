@@ -18,7 +18,7 @@ from polars.testing import assert_frame_equal
 from consumer.compose import build_pipeline
 from consumer.config import plan_for, settings_from_dict
 from consumer.core.types import InputMessage, OutputRecord
-from tests.consumer.test_output_schema import (
+from tests.consumer.modes import (
     NOW_MS,
     SOURCE,
     T0,

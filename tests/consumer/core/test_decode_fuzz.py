@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from consumer.core.decode import DecodedMessage, Decoder, RejectedMessageError
-from consumer.core.engine.time import TimeWindowEngine
 from consumer.core.plan import AggregationPlan, derive_plan
 from consumer.core.types import MessageRef
-from consumer.core.windows import WindowSpec
+from consumer.core.windows.bounds import WindowSpec
+from consumer.core.windows.time.engine import TimeWindowEngine
 from tests.mutations import mutated
 from wire.input import DecodeLimits, dictionary_keys, encode_ipc_stream
 
@@ -90,14 +90,14 @@ def test_every_seed_goes_through(decoder: Decoder) -> None:
         through_the_daemon(decoder, seed, offset)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=FIXTURE_OK)
+@settings(suppress_health_check=FIXTURE_OK)
 @given(seed=st.sampled_from(SEEDS), data=st.data())
 def test_mutated_messages_are_aggregated_or_rejected(decoder: Decoder, seed: bytes,
                                                      data: st.DataObject) -> None:
     through_the_daemon(decoder, mutated(seed, data), 1)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=FIXTURE_OK)
+@settings(suppress_health_check=FIXTURE_OK)
 @given(columns=st.dictionaries(
     st.sampled_from(["site", "ts", "reading_sum", "reading_count", "reading_min", "extra"]),
     st.sampled_from([pa.int8(), pa.int64(), pa.uint64(), pa.float32(), pa.string(),

@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -117,14 +117,12 @@ _REFUSED_METHODS = sorted(name for name in dir(pl.Expr)
                           if name not in _METHODS and name != "filter")
 
 
-@settings(max_examples=200)
 @given(method=st.sampled_from(_REFUSED_METHODS))
 def test_every_other_polars_method_is_refused(method: str) -> None:
     with pytest.raises(ExpressionError, match="is not allowed"):
         parse_expression(f"pl.col('x').{method}().sum()")
 
 
-@settings(max_examples=200)
 @given(name=st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
     lambda n: n != "pl"))
 def test_no_other_name_is_looked_up(name: str) -> None:
@@ -134,7 +132,6 @@ def test_no_other_name_is_looked_up(name: str) -> None:
         parse_expression(f"pl.col('x').sum() + {name}")
 
 
-@settings(max_examples=300)
 @given(text=st.text(max_size=80))
 def test_arbitrary_text_is_parsed_or_refused_never_run(text: str) -> None:
     try:

@@ -5,7 +5,13 @@ consumer group's committed offsets (with their metadata). ``FakeConsumer`` imple
 the ``InputConsumer`` protocol the run loop uses: rebalance events queued by the test are
 served from inside ``poll``/``consume``, as librdkafka serves its callbacks, and each
 partition is read from its committed offset on. ``FakeSink`` commits a flush's records
-and offsets atomically, like a transaction, or raises whatever the test queued for it.
+and offsets atomically, like a transaction, or raises whatever the test queued for it;
+``FakeProducer`` is the transactional producer under the daemon's real sinks.
+
+Both clients raise librdkafka's own errors (``KafkaException(KafkaError(code))``) from
+any call a test names in ``fail``, as the real clients do when a rebalance, a lost
+assignment, a fence or a failover meets the call; a seek on a partition that is not
+assigned answers ``_STATE``, as librdkafka's does.
 
 This is not a Kafka: no replication, no fencing of its own, no isolation levels. The
 real broker's behaviour is tested in tests/integration; this one makes the loop's
@@ -19,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from consumer.core.types import OutputRecord, PartitionKey
 from consumer.kafka.clients import RebalanceCallback
@@ -52,6 +58,20 @@ class FakeBroker:
             self.committed[(tp.topic, tp.partition)] = TopicPartition(
                 tp.topic, tp.partition, tp.offset, metadata=tp.metadata)
 
+    def commit_transaction(self, records: Sequence[OutputRecord],
+                           offsets: Sequence[TopicPartition]) -> None:
+        """Records and offsets at once; the records readable by the consumers of the
+        topics they exist in."""
+        self.transactions.append((list(records), list(offsets)))
+        self.commit(offsets)
+        for record in records:
+            if record.topic in self.topics:
+                logs = self.topics[record.topic]
+                partition = (record.partition if record.partition is not None
+                             else zlib.crc32(record.key or b"") % len(logs))
+                self.produce(record.topic, partition, record.value, key=record.key,
+                             headers=record.headers)
+
     def committed_offset(self, topic: str, partition: int) -> int | None:
         tp = self.committed.get((topic, partition))
         return None if tp is None else tp.offset
@@ -59,6 +79,27 @@ class FakeBroker:
     def output(self, topic: str) -> list[OutputRecord]:
         """Every record committed to ``topic``, in commit order."""
         return [r for records, _ in self.transactions for r in records if r.topic == topic]
+
+
+class FailingCalls:
+    """Errors to raise from named client calls, each once, in the order given."""
+
+    def __init__(self) -> None:
+        self._queued: dict[str, list[KafkaError]] = {}
+        self.raised: list[tuple[str, int]] = []  # (call, error code), as they happened
+
+    def fail(self, call: str, error: KafkaError | int, *, times: int = 1) -> None:
+        """The next ``times`` calls of ``call`` raise ``error`` (a code: its KafkaError)."""
+        if isinstance(error, int):
+            error = KafkaError(error)
+        self._queued.setdefault(call, []).extend([error] * times)
+
+    def check(self, call: str) -> None:
+        queued = self._queued.get(call)
+        if queued:
+            error = queued.pop(0)
+            self.raised.append((call, error.code()))
+            raise KafkaException(error)
 
 
 @dataclass
@@ -80,6 +121,10 @@ class FakeConsumer:
         # Set to deliver messages of paused partitions anyway, as librdkafka may for
         # messages it had queued before the pause took effect.
         self.leak_paused = False
+        self.failures = FailingCalls()
+
+    def fail(self, call: str, error: KafkaError | int, *, times: int = 1) -> None:
+        self.failures.fail(call, error, times=times)
 
     # -- test controls -----------------------------------------------------------------
 
@@ -94,14 +139,21 @@ class FakeConsumer:
                   on_revoke: RebalanceCallback | None = None,
                   on_lost: RebalanceCallback | None = None) -> None:
         del topics  # the test says which partitions are assigned
+        self.failures.check("subscribe")
         self.callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
 
     def poll(self, timeout: float = -1) -> Message | None:
-        messages = self.consume(1, timeout)
+        del timeout
+        self.failures.check("poll")
+        messages = self._take(1)
         return messages[0] if messages else None
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         del timeout  # nothing ever arrives while waiting: the test publishes up front
+        self.failures.check("consume")
+        return self._take(num_messages)
+
+    def _take(self, num_messages: int) -> list[Message]:
         self._serve_events()
         out: list[Message] = []
         for key in sorted(self.positions):
@@ -135,11 +187,13 @@ class FakeConsumer:
                     self.paused.discard((tp.topic, tp.partition))
 
     def assignment(self) -> list[TopicPartition]:
+        self.failures.check("assignment")
         return [TopicPartition(t, p) for t, p in sorted(self.positions)]
 
     def committed(self, partitions: list[TopicPartition],
                   timeout: float = -1) -> list[TopicPartition]:
         del timeout
+        self.failures.check("committed")
         out = []
         for tp in partitions:
             stored = self.broker.committed.get((tp.topic, tp.partition))
@@ -148,6 +202,7 @@ class FakeConsumer:
         return out
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        self.failures.check("position")
         return [TopicPartition(tp.topic, tp.partition,
                                self.positions.get((tp.topic, tp.partition), OFFSET_INVALID))
                 for tp in partitions]
@@ -155,22 +210,31 @@ class FakeConsumer:
     def get_watermark_offsets(self, partition: TopicPartition, timeout: float = -1,
                               cached: bool = False) -> tuple[int, int]:
         del timeout, cached
+        self.failures.check("get_watermark_offsets")
+        if (partition.topic, partition.partition) not in self.positions:
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
         return 0, len(self.broker.topics[partition.topic][partition.partition])
 
     def seek(self, partition: TopicPartition) -> None:
+        self.failures.check("seek")
+        if (partition.topic, partition.partition) not in self.positions:
+            raise KafkaException(KafkaError(KafkaError._STATE))
         offset = 0 if partition.offset == OFFSET_BEGINNING else partition.offset
         self.positions[(partition.topic, partition.partition)] = offset
         self.seeks.append(((partition.topic, partition.partition), offset))
 
     def pause(self, partitions: list[TopicPartition]) -> None:
+        self.failures.check("pause")
         self.paused.update((tp.topic, tp.partition) for tp in partitions)
 
     def resume(self, partitions: list[TopicPartition]) -> None:
+        self.failures.check("resume")
         self.paused.difference_update((tp.topic, tp.partition) for tp in partitions)
 
     def commit(self, *, offsets: list[TopicPartition],
                asynchronous: Literal[False]) -> list[TopicPartition]:
         del asynchronous
+        self.failures.check("commit")
         self.broker.commit(offsets)
         return offsets
 
@@ -179,6 +243,7 @@ class FakeConsumer:
 
     def close(self) -> None:
         self.closed = True
+        self.failures.check("close")
 
 
 class FakeSink:
@@ -197,15 +262,68 @@ class FakeSink:
         self.flushes += 1
         if self.failures:
             raise self.failures.pop(0)
-        self.broker.transactions.append((list(records), list(offsets)))
-        self.broker.commit(offsets)
-        for record in records:  # readable by the consumers of the topics it exists in
-            if record.topic in self.broker.topics:
-                logs = self.broker.topics[record.topic]
-                partition = (record.partition if record.partition is not None
-                             else zlib.crc32(record.key or b"") % len(logs))
-                self.broker.produce(record.topic, partition, record.value, key=record.key,
-                                    headers=record.headers)
+        self.broker.commit_transaction(records, offsets)
 
     def close(self) -> None:
         self.closed = True
+
+
+class FakeProducer:
+    """A transactional producer: what a transaction produced and the offsets sent to it
+    reach the broker at ``commit_transaction``, all at once, or never."""
+
+    def __init__(self, broker: FakeBroker, failures: FailingCalls | None = None) -> None:
+        self.broker = broker
+        self.failures = failures or FailingCalls()
+        self._records: list[OutputRecord] = []
+        self._offsets: list[TopicPartition] = []
+        self.calls: list[str] = []
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        self.failures.check(name)
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                *args: Any, **kwargs: Any) -> None:
+        del args
+        self._call("produce")
+        headers = tuple(kwargs.get("headers") or ())
+        self._records.append(OutputRecord(topic, key, value, headers,
+                                          kwargs.get("partition")))
+
+    def poll(self, timeout: float = -1) -> int:
+        del timeout
+        return 0
+
+    def flush(self, timeout: float = -1) -> int:
+        del timeout
+        self._call("flush")
+        if self._records:  # without a transaction (at least once), produced is delivered
+            self.broker.commit_transaction(self._records, [])
+            self._records = []
+        return 0
+
+    def init_transactions(self, timeout: float = -1) -> None:
+        del timeout
+        self._call("init_transactions")
+
+    def begin_transaction(self) -> None:
+        self._call("begin_transaction")
+        self._records, self._offsets = [], []
+
+    def send_offsets_to_transaction(self, positions: list[TopicPartition], group_metadata: Any,
+                                    timeout: float = -1) -> None:
+        del group_metadata, timeout
+        self._call("send_offsets_to_transaction")
+        self._offsets = list(positions)
+
+    def commit_transaction(self, timeout: float = -1) -> None:
+        del timeout
+        self._call("commit_transaction")
+        self.broker.commit_transaction(self._records, self._offsets)
+        self._records, self._offsets = [], []
+
+    def abort_transaction(self, timeout: float = -1) -> None:
+        del timeout
+        self._call("abort_transaction")
+        self._records, self._offsets = [], []

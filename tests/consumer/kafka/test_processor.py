@@ -7,112 +7,27 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-import pyarrow as pa
 import pytest
 import yaml
 from confluent_kafka import KafkaError, Message, TopicPartition
 from polars.testing import assert_frame_equal
 
 from consumer import cli
-from consumer.compose import build_pipeline
-from consumer.config import settings_from_dict
-from consumer.kafka.processor import StreamProcessor
 from consumer.kafka.sink import AbortRequiredError, FatalKafkaError
-from tests.consumer.kafka.fake_broker import FakeBroker, FakeConsumer, FakeSink
+from tests.consumer.kafka.rig import (
+    P0,
+    P1,
+    SINK,
+    SIZE_MS,
+    SOURCE,
+    Rig,
+    batch,
+    config,
+    reference,
+    sorted_output,
+)
 from wire.errors import EXIT_FAILED
-from wire.input import encode_ipc_stream
 from wire.output import decode_output
-
-SOURCE, SINK = "in", "out"
-P0, P1 = (SOURCE, 0), (SOURCE, 1)
-SIZE_MS = 1_000
-SITES = ("a", "b", "c")
-
-
-class Clock:
-    """Processing time: moved by the test, and by a millisecond at every reading, so a
-    loop left to run on its own sees its commit interval pass."""
-
-    def __init__(self) -> None:
-        self.now_ms = 0
-
-    def __call__(self) -> int:
-        self.now_ms += 1
-        return self.now_ms
-
-
-def config(**sections: dict[str, object]) -> dict[str, object]:
-    data: dict[str, object] = {
-        "kafka": {"bootstrap_servers": "fake:9092", "group_id": "g"},
-        "input": {"topics": [SOURCE]},
-        "output": {"topic": SINK},
-        "window": {"kind": "tumbling", "time": "event", "timestamp_column": "ts",
-                   "size_ms": SIZE_MS, "idle_timeout_ms": 60_000},
-        "processing": {"commit_interval_ms": 1_000, "poll_max_messages": 100},
-    }
-    for name, values in sections.items():  # a None value removes the key
-        base = data.get(name, {})
-        assert isinstance(base, dict)
-        data[name] = {k: v for k, v in {**base, **values}.items() if v is not None}
-    return data
-
-
-def batch(ts_ms: int, value: float = 1.0) -> pa.Table:
-    """One row per site at ``ts_ms``."""
-    return pa.table({
-        "site": list(SITES),
-        "ts": pa.array([ts_ms] * len(SITES), pa.timestamp("ms", tz="UTC")),
-        "v": [value] * len(SITES),
-    })
-
-
-class Rig:
-    """A broker, a consumer, a sink and the processor wired to them."""
-
-    def __init__(self, partitions: int = 2, **sections: dict[str, object]) -> None:
-        self.broker = FakeBroker()
-        self.broker.create_topic(SOURCE, partitions)
-        self.broker.create_topic(SINK)
-        self.consumer = FakeConsumer(self.broker)
-        self.sink = FakeSink(self.broker)
-        self.clock = Clock()
-        self.settings = settings_from_dict(config(**sections))
-        self.pipeline = build_pipeline(self.settings)
-        self.processor = StreamProcessor(
-            self.consumer, self.sink, self.pipeline, topics=[SOURCE],
-            processing=self.settings.processing, clock=self.clock)
-        self.published: list[pa.Table] = []
-        self.processor.subscribe()
-
-    def publish(self, partition: int, table: pa.Table) -> int:
-        self.published.append(table)
-        return self.broker.produce(SOURCE, partition, encode_ipc_stream(table))
-
-    def turns(self, count: int = 3, *, step_ms: int = 100) -> None:
-        for _ in range(count):
-            self.processor.run_once()
-            self.clock.now_ms += step_ms
-
-    def committed(self, partition: tuple[str, int]) -> int | None:
-        return self.broker.committed_offset(*partition)
-
-    def output(self) -> pl.DataFrame:
-        frames = [decode_output(r.value, r.headers).frame for r in self.broker.output(SINK)]
-        return pl.concat(frames).with_columns(pl.col("window_start").dt.epoch("ms"))
-
-
-def reference(tables: list[pa.Table]) -> pl.DataFrame:
-    """Plain Polars over every published row: the windows the daemon must emit."""
-    rows = pl.concat([pl.DataFrame(t) for t in tables])
-    start = pl.col("ts").dt.epoch("ms") // SIZE_MS * SIZE_MS
-    return (rows.group_by(start.alias("window_start"), "site")
-            .agg(pl.col("v").sum(), pl.len().cast(pl.Int64).alias("row_count"))
-            .sort("window_start", "site"))
-
-
-def sorted_output(rig: Rig) -> pl.DataFrame:
-    return rig.output().select("window_start", "site", "v", "row_count").sort(
-        "window_start", "site")
 
 
 @pytest.fixture
@@ -171,7 +86,7 @@ def test_an_aborted_transaction_rewinds_every_partition_and_loses_nothing(rig: R
     for partition in (0, 1):
         for ts in (100, 600, 1_100, 2_100):
             rig.publish(partition, batch(ts, value=partition + ts / 1000))
-    rig.sink.failures.append(AbortRequiredError("the broker aborted the transaction"))
+    rig.fake_sink.failures.append(AbortRequiredError("the broker aborted the transaction"))
     rig.turns(1)
     assert rig.broker.transactions == []
     assert rig.processor.counters.aborts == 1
@@ -187,23 +102,23 @@ def test_an_aborted_transaction_rewinds_every_partition_and_loses_nothing(rig: R
 
 def test_a_fenced_producer_stops_the_loop_with_exit_code_1(rig: Rig) -> None:
     rig.publish(0, batch(100))
-    rig.sink.failures.append(FatalKafkaError("Fenced: a newer instance took over"))
+    rig.fake_sink.failures.append(FatalKafkaError("Fenced: a newer instance took over"))
     with pytest.raises(FatalKafkaError) as raised:
         rig.processor.run()
     assert raised.value.exit_code == EXIT_FAILED == 1
     assert rig.consumer.closed
-    assert rig.sink.closed
+    assert rig.fake_sink.closed
 
 
 def test_fenced_during_a_revoke_stops_the_loop_but_not_inside_the_callback(rig: Rig) -> None:
     two_windows_out_third_open(rig)
-    rig.sink.failures.append(FatalKafkaError("Fenced: a newer instance took over"))
+    rig.fake_sink.failures.append(FatalKafkaError("Fenced: a newer instance took over"))
     rig.consumer.rebalance("revoke", [P1])  # the revoke's commit is the one fenced
     with pytest.raises(FatalKafkaError):
         rig.processor.run()
     assert rig.consumer.callback_errors == []
     assert rig.consumer.closed
-    assert rig.sink.closed
+    assert rig.fake_sink.closed
 
 
 def test_a_fenced_static_member_stops_the_loop(rig: Rig) -> None:
@@ -222,7 +137,7 @@ def test_the_command_line_exits_1_with_one_line_when_fenced(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     rig.publish(0, batch(100))
-    rig.sink.failures.append(FatalKafkaError("Fenced: a newer instance took over"))
+    rig.fake_sink.failures.append(FatalKafkaError("Fenced: a newer instance took over"))
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config(service={"http_port": None})))
     monkeypatch.setattr("consumer.compose.build_processor", lambda *_a, **_k: rig.processor)

@@ -12,7 +12,7 @@ import polars as pl
 
 from consumer.kafka.tail import DeadLetter, Record
 from consumer.kafka.tail_views import DEFAULT_ROWS, dead_letter_json, print_window, window_json
-from tests.wire.test_timestamps import RFC3339_UTC
+from tests.wire.helpers import RFC3339_UTC
 from wire.output import OutputWindow
 
 START_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z

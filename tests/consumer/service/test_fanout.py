@@ -16,7 +16,7 @@ from consumer.service.fanout import ServiceObserver, start_service
 from consumer.service.metrics import Metrics
 from consumer.service.observer import NullObserver
 from consumer.service.sdnotify import SystemdNotifier
-from tests.consumer.service.test_health import http_get, scrape, total
+from tests.consumer.service.probes import http_get, scrape, total
 
 
 class Broken(NullObserver):

@@ -4,48 +4,17 @@ from __future__ import annotations
 
 import logging
 import os
-import random
-import socket
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from consumer.healthcheck import main as healthcheck
 from consumer.service.health import INSTANCE_HEADER, HealthServer, ServiceSetupError
 from consumer.service.port_file import port_file, read_port, write_port
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def http_get(port: int, path: str) -> tuple[int, str, str]:
-    """(status, content type, body) of a GET on the local port."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return (int(response.status), response.headers["Content-Type"],
-                    response.read().decode())
-    except urllib.error.HTTPError as err:
-        return err.code, err.headers["Content-Type"], err.read().decode()
-
-
-def scrape(port: int) -> Samples:
-    """Every sample of /metrics, keyed by (sample name, labels)."""
-    status, _, body = http_get(port, "/metrics")
-    assert status == 200
-    return {(sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(body) for sample in family.samples}
-
-
-def total(samples: Samples, name: str, **labels: str) -> float:
-    """The sum over the samples named ``name`` whose labels include ``labels``."""
-    wanted = set(labels.items())
-    return sum(value for (sample, have), value in samples.items()
-               if sample == name and wanted <= have)
+from tests.consumer.service.probes import free_port_range, http_get
 
 
 class FakeClock:
@@ -133,21 +102,6 @@ def test_the_healthcheck_says_when_nothing_listens(server: HealthServer,
 
 
 # -- ports: ranges, the port file, the healthcheck that finds it --------------------------
-
-
-def free_port_range(size: int) -> tuple[int, int]:
-    """``size`` consecutive ports, all free now."""
-    rng = random.Random()
-    for _ in range(50):
-        low = rng.randrange(20_000, 60_000)
-        with ExitStack() as stack:
-            try:
-                for port in range(low, low + size):
-                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return low, low + size - 1
-    pytest.fail(f"no {size} consecutive free ports found")
 
 
 def test_a_range_takes_its_first_free_port_and_writes_it_down(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import json
 import logging
 
 from consumer.service.logs import JsonFormatter, TextFormatter
-from tests.wire.test_timestamps import RFC3339_UTC
+from tests.wire.helpers import RFC3339_UTC
 
 
 def record() -> logging.LogRecord:

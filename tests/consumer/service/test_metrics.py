@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 from consumer.core.types import ClosedWindow
 from consumer.service.health import HealthServer
 from consumer.service.metrics import Metrics, consumer_lag
-from tests.consumer.service.test_health import scrape, total
+from tests.consumer.service.probes import scrape, total
 
 IN = "sensors"
 

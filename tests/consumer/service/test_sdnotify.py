@@ -14,26 +14,7 @@ from typing import TypeVar
 import pytest
 
 from consumer.service.sdnotify import SystemdNotifier, notifier_from_environ
-
-
-class Receiver:
-    """What systemd's manager would read from NOTIFY_SOCKET."""
-
-    def __init__(self, sock: socket.socket, address: str) -> None:
-        self.sock = sock
-        self.address = address  # as NOTIFY_SOCKET spells it
-
-    def datagrams(self, within_s: float = 0.3) -> list[str]:
-        """Everything that arrives within ``within_s`` (stops early on nothing new)."""
-        got: list[str] = []
-        deadline = time.monotonic() + within_s
-        while (left := deadline - time.monotonic()) > 0:
-            self.sock.settimeout(left)
-            try:
-                got.append(self.sock.recv(4096).decode())
-            except TimeoutError:
-                break
-        return got
+from tests.consumer.service.probes import Receiver
 
 
 @pytest.fixture

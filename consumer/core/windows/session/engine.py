@@ -1,0 +1,376 @@
+"""Session windows per group keys: a session closes once the watermark passes its last
+row plus the gap; rows that bridge sessions merge them, across polls and partitions.
+
+Time is event time (the plan's time column) or, for ``time: processing``, each
+message's Kafka timestamp: a replay must give every row the time it had before, and
+the daemon's clock cannot (docs/design.md, "Session windows", has the whole design:
+lateness, commit offsets, what the frontier means, and why a replay is exact). Which
+rows are late, and what is kept to tell, is in consumer/core/windows/session/late.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+
+import polars as pl
+
+from consumer.core.aggregate import PartialAggregator
+from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
+from consumer.core.plan import AggregationPlan
+from consumer.core.types import (
+    MESSAGE_INDEX,
+    NO_WINDOW,
+    ROWS,
+    ClosedWindow,
+    MessageRef,
+    PartitionKey,
+)
+from consumer.core.windows.bounds import to_epoch_ms
+from consumer.core.windows.frontier import PartitionFrontier, later, read_before_restart
+from consumer.core.windows.session.late import LateRows
+from consumer.core.windows.session.offsets import PollOffsets
+from consumer.core.windows.session.replay import SessionReplay, named_by_origin
+from consumer.core.windows.session.spans import (
+    END,
+    EVENT_MS,
+    ROW_FRONTIER,
+    SID,
+    SessionSet,
+    SessionSpec,
+    SidAllocator,
+    per_message,
+)
+from consumer.core.windows.watermark import WatermarkTracker
+
+log = logging.getLogger(__name__)
+
+# Keys a replay could not classify by the frontier alone are written to every commit's
+# metadata while their rows may be replayed; past this many the open sessions go out as
+# early revisions instead, so that nothing is left to replay (the metadata of an offset
+# commit is limited: offset.metadata.max.bytes, 4096 bytes by default).
+MAX_LISTED_KEYS = 48
+
+
+class SessionWindowEngine:
+    def __init__(self, plan: AggregationPlan, spec: SessionSpec, *, event_time: bool,
+                 time_dtype: pl.DataType | None, allowed_lateness_ms: int,
+                 idle_timeout_ms: int) -> None:
+        if event_time and (plan.time_column is None or time_dtype is None):
+            raise ValueError("event-time sessions need the plan's time column and its dtype")
+        self._plan = plan
+        self._spec = spec
+        self._keys = list(plan.keys)
+        self._event_time = event_time
+        self._time_dtype = time_dtype
+        self._aggregator = PartialAggregator(plan, (SID,))
+        self._sids = SidAllocator()
+        self._open = SessionSet(self._aggregator, self._keys, spec, self._sids)
+        self._late = LateRows(self._open, self._keys, spec)  # closed-through, listed keys
+        self._offsets = OffsetTracker()
+        self._watermarks = WatermarkTracker(
+            allowed_lateness_ms=allowed_lateness_ms, idle_timeout_ms=idle_timeout_ms)
+        self._progress: dict[PartitionKey, PartitionFrontier] = {}
+        self._closed_through: int | None = None  # the furthest this instance closed
+        self._seq = 0  # polls, numbered: sessions remember the first and last they hold
+        self._polls = PollOffsets()
+        self._replay: SessionReplay | None = None
+        # Late rows not handed out yet: (rows, their poll, their first message per partition)
+        self._unreported: list[tuple[pl.DataFrame, int, dict[PartitionKey, int]]] = []
+        self._held_messages = 0
+        self.late_rows = 0
+        self.skipped_replayed_rows = 0
+
+    # -- assignment --------------------------------------------------------------------
+
+    def assign(self, partition: PartitionKey, committed: int | None,
+               metadata: CommitMetadata | None, now_ms: int) -> None:
+        self._offsets.assign(partition, committed,
+                             metadata.position if metadata is not None else None)
+        if metadata is None or metadata.frontier is None:
+            progress = PartitionFrontier(self._closed_through)
+        else:
+            progress = PartitionFrontier(metadata.frontier)
+            self._closed_through = later(self._closed_through, metadata.frontier)
+        self._progress[partition] = progress
+        self._watermarks.assign(partition, now_ms, None)
+        if metadata is None:
+            return
+        progress.restored_max_ms = metadata.max_event_ms
+        # Rows from `waiting` on were consumed but never taken into a session: new again.
+        until = metadata.position if metadata.waiting is None else min(
+            metadata.position, metadata.waiting)
+        self._polls.restore(partition, metadata.waiting, metadata.position)
+        if committed is not None and until > committed:
+            progress.replay_until = until
+            self._start_replay().restore(metadata.closed)
+        elif self._replay is None:
+            self._restore_max(now_ms)
+
+    def revoke(self, partition: PartitionKey) -> None:
+        self._offsets.revoke(partition)
+        self._watermarks.revoke(partition)
+        self._progress.pop(partition, None)
+        self._polls.forget(partition)
+
+    def replaying(self, partition: PartitionKey) -> bool:
+        """True until the partition has been re-read up to where the last run had got."""
+        progress = self._progress.get(partition)
+        if progress is None or progress.replay_until < 0 or self._replay is None:
+            return False
+        next_offset = self._offsets.next_offset(partition)
+        return next_offset is None or next_offset < progress.replay_until
+
+    def ahead_of_watermark(self, now_ms: int) -> list[PartitionKey]:
+        return self._watermarks.ahead(now_ms)
+
+    def keep_alive(self, partition: PartitionKey, now_ms: int) -> None:
+        self._watermarks.keep_alive(partition, now_ms)
+
+    def skip(self, partition: PartitionKey, offset: int, now_ms: int) -> None:
+        """A message with no usable rows: done at once, and proof the partition is alive."""
+        self._offsets.record(partition, offset, NO_WINDOW)
+        self._watermarks.observe(partition, None, now_ms)
+
+    def _start_replay(self) -> SessionReplay:
+        if self._replay is None:
+            sessions = SessionSet(self._aggregator, self._keys, self._spec, self._sids)
+            self._replay = SessionReplay(sessions, self._keys, self._spec)
+        return self._replay
+
+    def _restore_max(self, now_ms: int) -> None:
+        """Restored event progress counts once the replay is over (as in time.py)."""
+        for partition, progress in self._progress.items():
+            if progress.restored_max_ms is not None:
+                self._watermarks.observe(partition, progress.restored_max_ms, now_ms,
+                                         replayed=True)
+                progress.restored_max_ms = None
+
+    # -- rows in -----------------------------------------------------------------------
+
+    def add(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
+            now_ms: int) -> pl.DataFrame | None:
+        """Cut the poll into runs and merge them into the open sessions; return its late
+        rows (``window_start``/``window_end``: the session they missed), and any late
+        rows of earlier polls held during a replay (named by ``ORIGIN_*``)."""
+        seq = self._seq
+        self._seq += 1
+        times = [self._times(ref, now_ms) for ref in refs]
+        for ref, (_, last_ms) in zip(refs, times, strict=True):
+            self._offsets.record(ref.partition, ref.offset, NO_WINDOW)
+            self._polls.record(seq, ref.partition, ref.offset)
+            self._watermarks.observe(ref.partition, last_ms, now_ms,
+                                     replayed=self._replayed(ref))
+        rows = self._rows(frame, refs, [t for t, _ in times])
+        if self._replay is not None:
+            replayed = per_message("replayed", [r.rows for r in refs],
+                                   [int(self._replayed(r)) for r in refs]).cast(pl.Boolean)
+            self._replay.take(rows, replayed, refs, seq, self._frontier_max())
+            self._late.take_matched(self._replay)
+            if not self._replay_over(now_ms):
+                return None
+            self._end_replay(now_ms)
+            return self._report()
+        late = self._live(rows, frame.columns, seq)
+        if late is not None:
+            self._unreported.append((late, seq, {}))
+        return self._report()
+
+    def _times(self, ref: MessageRef, now_ms: int) -> tuple[int | None, int | None]:
+        if self._event_time:
+            return ref.min_event_ms, ref.max_event_ms
+        stamp = ref.timestamp_ms if ref.timestamp_ms is not None and ref.timestamp_ms >= 0 \
+            else now_ms
+        return stamp, stamp
+
+    def _rows(self, frame: pl.DataFrame, refs: Sequence[MessageRef],
+              firsts: list[int | None]) -> pl.DataFrame:
+        """``frame`` with each row's time, message index and partition frontier."""
+        counts = [r.rows for r in refs]
+        if self._event_time:
+            assert self._plan.time_column is not None  # noqa: S101 - checked in __init__
+            assert self._time_dtype is not None  # noqa: S101
+            event: pl.Expr | pl.Series = to_epoch_ms(
+                self._plan.time_column, self._time_dtype).alias(EVENT_MS)
+        else:
+            event = per_message(EVENT_MS, counts, firsts)
+        frontiers = [self._frontier(r.partition) for r in refs]
+        return frame.with_columns(
+            event,
+            per_message(MESSAGE_INDEX, counts, list(range(len(refs)))),
+            per_message(ROW_FRONTIER, counts, [NO_WINDOW if f is None else f for f in frontiers]),
+        )
+
+    def _frontier(self, partition: PartitionKey) -> int | None:
+        progress = self._progress.get(partition)
+        return self._closed_through if progress is None else progress.frontier
+
+    def _frontier_max(self) -> int | None:
+        frontiers = [p.frontier for p in self._progress.values() if p.frontier is not None]
+        if self._closed_through is not None:
+            frontiers.append(self._closed_through)
+        return max(frontiers, default=None)
+
+    def _replayed(self, ref: MessageRef) -> bool:
+        return read_before_restart(self._progress.get(ref.partition), ref.offset)
+
+    def _live(self, rows: pl.DataFrame, columns: list[str], seq: int) -> pl.DataFrame | None:
+        """Late rows out, the rest merged into the open sessions (session_late.py)."""
+        out = self._late.take(rows, columns, seq, self._frontier_max())
+        if out is not None:
+            self.late_rows += out.height
+        return out
+
+    def _report(self) -> pl.DataFrame | None:
+        """Late rows not yet handed out; rows of earlier polls name their message."""
+        if not self._unreported:
+            return None
+        frames = [frame for frame, _, _ in self._unreported]
+        self._unreported.clear()
+        return pl.concat(frames, how="diagonal")
+
+    # -- the end of a replay -----------------------------------------------------------
+
+    def _replay_over(self, now_ms: int) -> bool:
+        return not any(self.replaying(p) and not self._watermarks.idle(p, now_ms)
+                       for p in self._progress)
+
+    def _end_replay(self, now_ms: int) -> None:
+        """Decide the rebuilt sessions, then take the rows that waited, in order."""
+        replay, self._replay = self._replay, None
+        assert replay is not None  # noqa: S101 - called while replaying
+        emitted, still_open = replay.resolve()
+        skipped = replay.skipped_rows + _rows_in(emitted)
+        self.skipped_replayed_rows += skipped
+        log.info("session replay over: %d replayed rows were in emitted sessions (skipped), "
+                 "%d open sessions rebuilt, %d polls of new rows waited", skipped,
+                 still_open.height, len(replay.held))
+        self._late.record(emitted)
+        self._open.add(self._open.merge_in(still_open))
+        for held in replay.held:
+            ours = (EVENT_MS, MESSAGE_INDEX, ROW_FRONTIER)
+            columns = [c for c in held.rows.columns if c not in ours]
+            late = self._live(held.rows, columns, held.seq)
+            if late is not None:
+                named = named_by_origin(late, held.refs, self._held_messages)
+                self._held_messages += len(held.refs)
+                self._unreported.append((named, held.seq, held.waiting))
+        for progress in self._progress.values():
+            progress.replay_until = -1
+        self._restore_max(now_ms)
+
+    # -- sessions out ------------------------------------------------------------------
+
+    def close_due(self, now_ms: int) -> list[ClosedWindow]:
+        if self._replay is not None:
+            if not self._replay_over(now_ms):
+                return []
+            self._end_replay(now_ms)
+        watermark = self._watermarks.current(now_ms)
+        if watermark.all_idle:
+            due = self._open.pop(pl.lit(value=True))
+            through = int(due.get_column(END).max()) if due.height else None  # type: ignore[arg-type]
+        elif watermark.value_ms is None:
+            return self._overflow(now_ms)
+        else:
+            due = self._open.pop(pl.col(END) <= watermark.value_ms)
+            through = watermark.value_ms
+        closed = self._open.results(due, final=True)
+        self._late.record(due)
+        if through is not None:
+            self._advance(through)
+        self._prune()
+        return closed + self._overflow(now_ms)
+
+    def _advance(self, through_ms: int) -> None:
+        self._closed_through = later(self._closed_through, through_ms)
+        for progress in self._progress.values():
+            progress.frontier = later(progress.frontier, through_ms)
+
+    def _overflow(self, now_ms: int) -> list[ClosedWindow]:
+        if self._listed_now(at_most=MAX_LISTED_KEYS) is not None:
+            return []
+        return self.emit_early(now_ms)
+
+    def emit_early(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
+        """Emit every open session as a non-final revision and keep only its bounds, so
+        the groups held stay within the budget; all consumed input is then emitted."""
+        if self._replay is not None:
+            return []  # the rebuilt sessions are not known yet: the replay comes first
+        early = self._open.results(self._open.empty_out(), final=False)
+        self._prune()
+        return early
+
+    def _min_seq(self) -> int | None:
+        seqs = [self._open.min_seq(), *(seq for _, seq, _ in self._unreported)]
+        if self._replay is not None:
+            seqs.append(self._replay.min_seq())
+        return min((s for s in seqs if s is not None), default=None)
+
+    def _prune(self) -> None:
+        """Forget polls, listed keys and closed keys nothing can replay or reach."""
+        min_seq = self._min_seq()
+        self._polls.prune(min_seq)
+        self._late.prune(min_seq, self._closed_through)
+
+    def _listed_now(self, *, at_most: int | None = None) -> tuple[tuple[int, int], ...] | None:
+        """The keys to list in the commit metadata, with the time splitting their rows
+        (None: more than ``at_most``)."""
+        restored = {} if self._replay is None else self._replay.listed
+        return self._late.listing(self._min_seq(), self._closed_through, restored,
+                                  at_most=at_most)
+
+    def commit_points(self) -> dict[PartitionKey, CommitPoint]:
+        listed = self._listed_now() or ()  # bounded by close_due's overflow check
+        held = self._polls.held(self._min_seq())
+        untaken = [waiting for _, _, waiting in self._unreported]
+        if self._replay is not None:
+            untaken.append(self._replay.waiting())
+        waiting = self._polls.waiting(untaken, self._offsets.next_offset)
+        points = {}
+        for partition in self._offsets.partitions():
+            progress = self._progress.get(partition) or PartitionFrontier(self._closed_through)
+            seen = later(self._watermarks.max_event_ms(partition), progress.restored_max_ms)
+            point = self._offsets.commit_point(partition, progress.frontier, seen)
+            if point is None:
+                continue
+            offset = min(point.offset, held.get(partition, point.offset))
+            points[partition] = CommitPoint(offset, replace(
+                point.metadata, closed=listed, waiting=waiting.get(partition)))
+        return points
+
+    def frontiers(self, now_ms: int) -> dict[PartitionKey, tuple[int | None, bool]]:
+        """Each assigned partition's frontier, and whether it is idle (the scale-out's
+        progress; configuration keeps sessions out of the scale-out for now)."""
+        return {partition: (progress.frontier, self._watermarks.idle(partition, now_ms))
+                for partition, progress in self._progress.items()}
+
+    def discard(self) -> None:
+        self._open.discard()
+        self._replay = None
+        self._unreported.clear()
+        self._polls.prune(None)
+
+    def merge_pending(self) -> None:
+        """Sessions hold one state each: nothing is pending."""
+
+    def cardinality(self) -> int:
+        replay = 0 if self._replay is None else len(self._replay.sessions) + sum(
+            h.rows.height for h in self._replay.held)
+        return len(self._open) + replay
+
+    def buffered_values(self) -> int:
+        return 0  # configuration keeps aggregates that buffer values away from sessions
+
+    def open_window_count(self) -> int:
+        """Open sessions, and what waits: rebuilt sessions and held polls of a replay,
+        late rows not handed out yet (a replay that ended on idleness leaves them for
+        the next poll, and holds their offsets until then)."""
+        replay = 0 if self._replay is None else len(self._replay.sessions) + len(
+            self._replay.held)
+        return len(self._open) + replay + len(self._unreported)
+
+
+def _rows_in(sessions: pl.DataFrame) -> int:
+    return int(sessions.get_column(ROWS).sum()) if sessions.height else 0

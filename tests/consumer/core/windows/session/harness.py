@@ -1,0 +1,168 @@
+"""Session windows under test: a DuckDB reference (sort and scan with LAG, written
+independently of the engine) and a miniature run loop that commits, crashes and
+restarts the way the daemon does, with plain frames and no broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import duckdb
+import polars as pl
+
+from consumer.core.offsets import CommitPoint
+from consumer.core.plan import AggregationPlan
+from consumer.core.types import ClosedWindow, PartitionKey
+from consumer.core.windows.session.engine import SessionWindowEngine
+from consumer.core.windows.session.spans import SessionSpec
+from tests.consumer.core.windows.helpers import EVENT_PLAN, UTC_MS, Row, frame, ref
+
+SORT = ["k", "window_start"]
+
+
+def session_engine(*, gap_ms: int = 100, max_session_ms: int | None = None,
+                   lateness_ms: int = 0, idle_timeout_ms: int = 60_000,
+                   plan: AggregationPlan = EVENT_PLAN) -> SessionWindowEngine:
+    return SessionWindowEngine(plan, SessionSpec(gap_ms, max_session_ms), event_time=True,
+                               time_dtype=UTC_MS, allowed_lateness_ms=lateness_ms,
+                               idle_timeout_ms=idle_timeout_ms)
+
+
+def session_reference(rows: Iterable[Row], gap_ms: int,
+                      max_session_ms: int | None = None) -> pl.DataFrame:
+    """Sessions by DuckDB SQL: LAG finds where a key's gap is reached, a running SUM
+    numbers the sessions; with a maximum, the key is partitioned by its interval too."""
+    input_rows = frame(list(rows)).to_arrow()  # noqa: F841 - read by DuckDB's replacement scan
+    bucket = f"floor(epoch_ms(ts) / {max_session_ms})::BIGINT" if max_session_ms else "0"
+    end = (f"LEAST(MAX(t) + {gap_ms}, (bucket + 1) * {max_session_ms})" if max_session_ms
+           else f"MAX(t) + {gap_ms}")
+    sql = f"""
+        WITH timed AS (SELECT *, epoch_ms(ts) AS t, {bucket} AS bucket FROM input_rows),
+        marked AS (
+            SELECT *, CASE WHEN t - LAG(t) OVER (PARTITION BY k, bucket ORDER BY t) < {gap_ms}
+                      THEN 0 ELSE 1 END AS starts
+            FROM timed),
+        numbered AS (
+            SELECT *, SUM(starts) OVER (PARTITION BY k, bucket ORDER BY t, starts DESC
+                                        ROWS UNBOUNDED PRECEDING) AS session
+            FROM marked)
+        SELECT MIN(t) AS window_start, {end} AS window_end, k,
+               SUM(v_sum) AS v_sum, SUM(n_count)::BIGINT AS n_count, MAX(v_max) AS v_max,
+               COUNT(*)::BIGINT AS row_count
+        FROM numbered GROUP BY k, bucket, session
+    """  # noqa: S608 - only integers are formatted in
+    with duckdb.connect() as con:
+        result: pl.DataFrame = con.sql(sql).pl()
+    return result.with_columns(pl.col("window_start", "window_end").cast(UTC_MS)).sort(
+        SORT, nulls_last=True)
+
+
+def feed(engine: SessionWindowEngine, partition: PartitionKey, offset: int,
+         rows: Sequence[Row], now_ms: int) -> pl.DataFrame | None:
+    """Add one message's rows."""
+    return engine.add(frame(rows), [ref(partition, offset, rows)], now_ms)
+
+
+def emitted(windows: Sequence[ClosedWindow]) -> pl.DataFrame:
+    """Every session row of ``windows``, in the reference's order."""
+    if not windows:
+        return session_reference([], 1).clear()
+    return pl.concat([w.frame for w in windows]).sort(SORT, nulls_last=True)
+
+
+# -- a run loop in miniature --------------------------------------------------------------
+
+Message = list[Row]
+
+
+@dataclass
+class Output:
+    """What reached committed output: session windows and late rows."""
+
+    windows: list[ClosedWindow] = field(default_factory=list)
+    late: list[pl.DataFrame] = field(default_factory=list)
+
+    def late_rows(self) -> int:
+        return sum(f.height for f in self.late)
+
+
+@dataclass
+class MiniDaemon:
+    """Polls ``schedule`` (partitions, in delivery order) through an engine, flushing
+    (close, commit) after every poll; a crash throws away the uncommitted and restarts
+    from the committed offsets with their metadata, as the daemon's processor does."""
+
+    partitions: dict[PartitionKey, list[Message]]
+    gap_ms: int = 100
+    max_session_ms: int | None = None
+    lateness_ms: int = 0
+    output: Output = field(default_factory=Output)
+    now: int = 0
+    crashes: int = 0
+
+    def __post_init__(self) -> None:
+        self._committed: dict[PartitionKey, CommitPoint] = {}
+        self._start()
+
+    def _start(self) -> None:
+        self.engine = session_engine(gap_ms=self.gap_ms, max_session_ms=self.max_session_ms,
+                                     lateness_ms=self.lateness_ms)
+        self._position = {}
+        for partition in self.partitions:
+            point = self._committed.get(partition)
+            self.engine.assign(partition, point.offset if point else None,
+                               point.metadata if point else None, self.now)
+            self._position[partition] = point.offset if point else 0
+        self._pending = Output()
+
+    def done(self) -> bool:
+        return all(self._position[p] >= len(m) for p, m in self.partitions.items())
+
+    def poll(self, order: Sequence[PartitionKey]) -> None:
+        """Deliver the next message of each partition in ``order`` (those with one left)."""
+        self.now += 1
+        delivered = []
+        for partition in order:
+            offset = self._position[partition]
+            if offset < len(self.partitions[partition]):
+                delivered.append((partition, offset, self.partitions[partition][offset]))
+                self._position[partition] += 1
+        if not delivered:
+            return
+        for partition, offset, message in delivered:
+            if not message:
+                self.engine.skip(partition, offset, self.now)
+        delivered = [d for d in delivered if d[2]]
+        if not delivered:
+            return
+        rows = [row for _, _, message in delivered for row in message]
+        refs = [ref(p, o, m) for p, o, m in delivered]
+        late = self.engine.add(frame(rows), refs, self.now)
+        if late is not None:
+            self._pending.late.append(late)
+
+    def flush(self, now: int | None = None, *, early: bool = False) -> None:
+        """Close what is due (and, ``early``, emit the rest as revisions, as the memory
+        budget does); commit it with the offsets."""
+        self.now = now if now is not None else self.now
+        self._pending.windows += self.engine.close_due(self.now)
+        if early:
+            self._pending.windows += self.engine.emit_early(self.now)
+        points = self.engine.commit_points()
+        self.output.windows += self._pending.windows
+        self.output.late += self._pending.late
+        self._committed.update(points)
+        self._pending = Output()
+
+    def crash(self) -> None:
+        self.crashes += 1
+        self._start()
+
+    def finish(self) -> Output:
+        """Consume the rest, then close everything on idleness and commit."""
+        everyone = list(self.partitions)
+        while not self.done():
+            self.poll(everyone)
+            self.flush()
+        self.flush(10**12)
+        return self.output

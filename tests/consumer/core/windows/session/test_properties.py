@@ -1,0 +1,150 @@
+"""Properties of session windows, against the DuckDB sort-and-scan reference:
+
+- any split of the rows into messages, polls and partitions gives the same sessions;
+- any crash points (SIGKILL-like: the uncommitted is lost, the engine restarts from the
+  committed offsets and their metadata) give the same committed output as no crash,
+  when each partition is in time order;
+- with rows in any order, crashes never duplicate or lose a row: each is in exactly one
+  committed session or in the late output.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from hypothesis import given
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from consumer.core.types import PartitionKey
+from tests.consumer.core.windows.helpers import P0, P1, Row, frame, ref
+from tests.consumer.core.windows.session.harness import (
+    Message,
+    MiniDaemon,
+    Output,
+    emitted,
+    feed,
+    session_engine,
+    session_reference,
+)
+
+rows_st = st.tuples(st.sampled_from(["a", "b", None]), st.integers(0, 3_000),
+                    st.integers(-64, 64).map(lambda i: i / 4), st.integers(-100, 100),
+                    st.integers(-64, 64).map(lambda i: i / 2))
+gaps = st.sampled_from([50, 100, 300])
+maxima = st.sampled_from([None, 400, 1_000])
+
+
+@given(messages=st.lists(st.tuples(st.sampled_from([P0, P1]), st.lists(rows_st, min_size=1,
+                                                                       max_size=6)),
+                         max_size=10),
+       poll_sizes=st.lists(st.integers(1, 4), min_size=10, max_size=10),
+       gap_ms=gaps, max_session_ms=maxima)
+def test_any_split_into_polls_and_partitions_gives_the_sort_and_scan_sessions(
+    messages: list[tuple[PartitionKey, list[Row]]], poll_sizes: list[int], gap_ms: int,
+    max_session_ms: int | None,
+) -> None:
+    engine = session_engine(gap_ms=gap_ms, max_session_ms=max_session_ms)
+    engine.assign(P0, None, None, now_ms=0)
+    engine.assign(P1, None, None, now_ms=0)
+    offsets = {P0: 0, P1: 0}
+    start = 0
+    for size in poll_sizes:
+        poll = messages[start:start + size]
+        start += size
+        if not poll:
+            break
+        refs = []
+        for partition, rows in poll:
+            refs.append(ref(partition, offsets[partition], rows))
+            offsets[partition] += 1
+        assert engine.add(frame([r for _, rows in poll for r in rows]), refs, now_ms=1) is None
+    for partition, rows in messages[start:]:
+        feed(engine, partition, offsets[partition], rows, now_ms=1)
+        offsets[partition] += 1
+    closed = engine.close_due(10**9)  # all idle: every session closes
+    every_row = [r for _, rows in messages for r in rows]
+    assert_frame_equal(emitted(closed), session_reference(every_row, gap_ms, max_session_ms))
+    assert engine.late_rows == 0
+
+
+# -- crashes -----------------------------------------------------------------------------
+
+steps_st = st.lists(st.tuples(st.lists(st.sampled_from([P0, P1]), min_size=1, max_size=3),
+                              st.sampled_from(["flush", "flush", "crash", "flush+crash"])),
+                    max_size=14)
+# ... and early revisions (the memory budget), which keep only the open sessions' bounds.
+steps_with_early_st = st.lists(
+    st.tuples(st.lists(st.sampled_from([P0, P1]), min_size=1, max_size=3),
+              st.sampled_from(["flush", "flush", "crash", "flush+crash", "flush+early",
+                               "flush+early+crash"])),
+    max_size=14)
+
+
+def cut(rows: list[Row], cuts: list[int]) -> list[Message]:
+    """``rows`` as consecutive messages of the given sizes (the rest in a last one)."""
+    out, start = [], 0
+    for size in cuts:
+        if start >= len(rows):
+            break
+        out.append(rows[start:start + size])
+        start += size
+    if start < len(rows):
+        out.append(rows[start:])
+    return out
+
+
+def run(partitions: dict[PartitionKey, list[Message]],
+        steps: list[tuple[list[PartitionKey], str]], gap_ms: int,
+        max_session_ms: int | None) -> Output:
+    """Take ``steps`` (poll these partitions, then flush, emit early, crash), then the
+    rest of the input; return the committed output."""
+    daemon = MiniDaemon(partitions, gap_ms=gap_ms, max_session_ms=max_session_ms)
+    for order, action in steps:
+        daemon.poll(order)
+        if "flush" in action:
+            daemon.flush(early="early" in action)
+        if "crash" in action:
+            daemon.crash()
+    return daemon.finish()
+
+
+@given(rows0=st.lists(rows_st, max_size=14), rows1=st.lists(rows_st, max_size=14),
+       cuts=st.lists(st.integers(0, 4), min_size=8, max_size=8), steps=steps_st,
+       gap_ms=gaps, max_session_ms=maxima)
+def test_crashes_anywhere_give_the_output_of_no_crash_when_partitions_are_in_order(
+    *, rows0: list[Row], rows1: list[Row], cuts: list[int],
+    steps: list[tuple[list[PartitionKey], str]], gap_ms: int, max_session_ms: int | None,
+) -> None:
+    partitions = {P0: cut(sorted(rows0, key=lambda r: r[1]), cuts),
+                  P1: cut(sorted(rows1, key=lambda r: r[1]), cuts[::-1])}
+    crashed = run(partitions, steps, gap_ms, max_session_ms)
+    calm = run(partitions, [(order, "flush") for order, _ in steps], gap_ms, max_session_ms)
+    expected = session_reference([*rows0, *rows1], gap_ms, max_session_ms)
+    assert_frame_equal(emitted(crashed.windows), expected)
+    assert_frame_equal(emitted(calm.windows), expected)
+    assert crashed.late == []
+
+
+def per_key(rows: pl.DataFrame, count: pl.Expr) -> pl.DataFrame:
+    return rows.group_by("k").agg(count.cast(pl.Int64).alias("rows"),
+                                  pl.col("n_count").sum().alias("n"))
+
+
+@given(rows0=st.lists(rows_st, max_size=14), rows1=st.lists(rows_st, max_size=14),
+       cuts=st.lists(st.integers(0, 4), min_size=8, max_size=8), steps=steps_with_early_st,
+       gap_ms=gaps, max_session_ms=maxima)
+def test_crashes_with_rows_in_any_order_never_duplicate_or_lose_a_row(
+    *, rows0: list[Row], rows1: list[Row], cuts: list[int],
+    steps: list[tuple[list[PartitionKey], str]], gap_ms: int, max_session_ms: int | None,
+) -> None:
+    output = run({P0: cut(rows0, cuts), P1: cut(rows1, cuts[::-1])}, steps, gap_ms,
+                 max_session_ms)
+    parts = [per_key(emitted(output.windows), pl.col("row_count").sum())]
+    parts += [per_key(late.select("k", "n_count"), pl.len()) for late in output.late]
+    counted = pl.concat(parts).group_by("k").agg(pl.col("rows", "n").sum()).sort(
+        "k", nulls_last=True)
+    expected = per_key(frame([*rows0, *rows1]), pl.len()).sort("k", nulls_last=True)
+    assert_frame_equal(counted, expected)
+    # A session's final result is emitted once.
+    finals = emitted([w for w in output.windows if w.final]).select("k", "window_start")
+    assert finals.height == finals.unique().height

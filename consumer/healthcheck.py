@@ -21,10 +21,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from consumer.config import load_config
-from consumer.kafka.clients import daemon_identity
-from consumer.service.health import INSTANCE_HEADER
-from consumer.service.port_file import only_port_file, port_file, read_port
+from consumer.service.port_file import INSTANCE_HEADER, only_port_file, port_file, read_port
 from wire.errors import ArrowaggError
 
 DEFAULT_PORT = 9464
@@ -59,6 +56,11 @@ def _endpoint(args: argparse.Namespace,
     if args.port is not None:
         return "127.0.0.1", args.port, None
     if args.config is not None:
+        # Only here: the configuration's imports (Polars, librdkafka) take seconds, and a
+        # container runs the plain check every few seconds.
+        from consumer.config import load_config  # noqa: PLC0415
+        from consumer.kafka.clients import daemon_identity  # noqa: PLC0415
+
         settings = load_config(args.config).settings
         identity = daemon_identity(settings)
         ports = settings.service.http_ports()

@@ -22,7 +22,7 @@ from pathlib import Path
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from consumer.service.observer import NullObserver
-from consumer.service.port_file import remove_port, write_port
+from consumer.service.port_file import INSTANCE_HEADER, remove_port, write_port
 from wire.errors import ArrowaggError
 
 log = logging.getLogger(__name__)
@@ -30,9 +30,6 @@ log = logging.getLogger(__name__)
 
 class ServiceSetupError(ArrowaggError):
     """The HTTP port cannot be opened; one line for the user."""
-
-
-INSTANCE_HEADER = "X-Arrowagg-Instance"
 
 
 class HealthServer(NullObserver):

@@ -17,6 +17,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 SUFFIX = ".port"
+# The HTTP header a daemon answers with: its identity, so that a healthcheck reading an
+# old port file can tell that another daemon took the port since.
+INSTANCE_HEADER = "X-Arrowagg-Instance"
 
 
 def port_dir(environ: Mapping[str, str]) -> Path:

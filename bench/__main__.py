@@ -8,17 +8,34 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import e2e, kernel, latency, memory, payloads, peers, report, scale_out
+from bench import (
+    e2e,
+    jvm_peers,
+    kernel_floor,
+    latency,
+    memory,
+    merge_runs,
+    payloads,
+    peer_memory,
+    peers,
+    report,
+    running,
+    scale_out,
+    scale_out_containers,
+)
 from bench.broker import broker, delete_topics, kafka_version
 from bench.machine import describe, machine_info
+from bench.plot import draw
 from bench.sizes import FULL, SMOKE, Sizes
 
-SECTIONS = ("kernel", "e2e", "memory", "latency", "scale_out")
+SECTIONS = ("kernel", "e2e", "peers", "memory", "latency", "scale_out",
+            "scale_out_containers")
 TEXT = Path(__file__).resolve().parent / "text"
 
 
@@ -28,6 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     started = time.monotonic()
     info = machine_info({p.package: p.python() for p in peers.PEERS if p.package})
+    info["versions"]["kafka-streams"] = jvm_peers.kstreams_version()
+    info["versions"]["java"] = jvm_peers.java_version()
     print(describe(info), flush=True)
     results: dict[str, Any] = {
         "machine": info, "sizes": "smoke" if args.smoke else "full",
@@ -38,17 +57,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["kernel"] = run_kernel(sizes)
     if "memory" in sections:
         results["memory"] = run_memory(sizes)
-    if {"e2e", "latency", "scale_out"} & set(sections):
+    if {"e2e", "peers", "latency", "scale_out", "scale_out_containers"} & set(sections):
         with broker() as bootstrap:
             results["kafka"] = kafka_version(bootstrap)
             if "e2e" in sections:
                 results["e2e"] = run_e2e(bootstrap, sizes)
+            if "peers" in sections:
+                results.setdefault("e2e", {}).update(run_peers(bootstrap, sizes, args.peers))
             if "latency" in sections:
                 results["latency"] = run_latency(bootstrap, sizes)
             if "scale_out" in sections:
                 results["scale_out"] = run_scale_out(bootstrap, sizes)
+            if "scale_out_containers" in sections:
+                results["scale_out_containers"] = run_scale_out_containers(
+                    bootstrap, sizes, smoke=args.smoke)
     results["wall_s"] = time.monotonic() - started
     results["load"]["end"] = os.getloadavg()[0]
+    if args.update:
+        results = merge_runs.merged(Path(args.results) / "all.json", results, sections)
     write_outputs(results, Path(args.results), Path(args.doc), plot=not args.no_plot)
     print(f"wall time {results['wall_s']:.0f} s", flush=True)
     return 0
@@ -62,6 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--results", default=str(report.RESULTS), help="JSON directory")
     parser.add_argument("--doc", default=str(report.DOC), help="the markdown to write")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib)")
+    parser.add_argument("--peers", help="only these peers in the peers section "
+                        f"(comma-separated: {','.join(peers.BY_NAME)})")
+    parser.add_argument("--update", action="store_true",
+                        help="keep the sections not run from the results already there")
     return parser
 
 
@@ -75,8 +105,8 @@ def run_kernel(sizes: Sizes) -> list[dict[str, Any]]:
         for encoding in payloads.ENCODINGS:
             _step(f"kernel: {case.name}, {encoding} keys")
             built = payloads.build(case, encoding)
-            figures = kernel.measure(built, repetitions=case.repetitions,
-                                     poll_messages=sizes.poll_messages)
+            figures = kernel_floor.measure(built, repetitions=case.repetitions,
+                                           poll_messages=sizes.poll_messages)
             cases.append(figures)
             ours = figures["peers"]["arrowagg"]["rows_per_s"]
             print("   " + ", ".join(
@@ -113,10 +143,17 @@ def run_e2e(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
                   f"{figures[name]['mb_per_s']:.0f} MB/s", flush=True)
         encodings[encoding] = figures
         delete_topics(bootstrap, [topic.name])
-    return {"encodings": encodings, "peers": run_peers(bootstrap, sizes)}
+    return {"encodings": encodings}
 
 
-def run_peers(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
+def run_peers(bootstrap: str, sizes: Sizes, chosen: str | None = None) -> dict[str, Any]:
+    """The whole job per peer, then memory per open group for some of them; ``chosen``:
+    only these (comma-separated names)."""
+    if chosen:
+        names = chosen.split(",")
+        sizes = replace(sizes, peers={n: r for n, r in sizes.peers.items() if n in names},
+                        peer_memory_peers=tuple(n for n in sizes.peer_memory_peers
+                                                if n in names))
     figures = peers.run_all(bootstrap, sizes.peers, _step)
     ours = figures.get("arrowagg", {}).get("rows_per_s")
     for name, fig in figures.items():
@@ -127,7 +164,14 @@ def run_peers(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
                  if ours and name != "arrowagg" else "")
         print(f"   {name}: startup {fig['startup_s']:.2f} s, steady "
               f"{fig['rows_per_s']:,.0f} rows/s{ratio}", flush=True)
-    return figures
+    memory = peer_memory.run_all(bootstrap, sizes, _step)
+    for name, fig in memory.items():
+        what = fig.get("skipped") or fig.get("wrong") or (
+            f"{fig['bytes_per_group']:,.0f} bytes an open group (steady RSS "
+            + ", ".join(f"{r['steady_rss_mb']:,.0f} MB at {r['groups']:,} groups"
+                        for r in fig["runs"]) + ")")
+        print(f"   memory, {name}: {what}", flush=True)
+    return {"peers": figures, "peer_memory": memory}
 
 
 def run_memory(sizes: Sizes) -> dict[str, Any]:
@@ -161,6 +205,21 @@ def run_scale_out(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
     return figures
 
 
+def run_scale_out_containers(bootstrap: str, sizes: Sizes, *, smoke: bool) -> dict[str, Any]:
+    # The smoke run (make test) builds no image: a cold engine takes minutes.
+    figures: dict[str, Any] = {"skipped": "smoke sizes build no container image"}
+    if not smoke:
+        figures = scale_out_containers.measure(
+            bootstrap, scale_out_containers.broker_pid(), target_bytes=sizes.scale_out_bytes,
+            step=_step)
+    if "skipped" in figures:
+        print(f"   skipped: {figures['skipped']}", flush=True)
+    for run in figures.get("runs", []):
+        print(f"   {run['instances']} container(s): {run['seconds']:.1f} s, "
+              f"{run['rows_per_s']:,.0f} rows/s", flush=True)
+    return figures
+
+
 def run_latency(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
     runs = {}
     for name, processing, consumer in (
@@ -176,6 +235,15 @@ def run_latency(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
             processing=processing, consumer=consumer)
         print(f"   p50 {runs[name]['p50_ms']:.0f} ms, p99 {runs[name]['p99_ms']:.0f} ms",
               flush=True)
+    window_ms = 10 * sizes.latency_window_ms
+    _step(f"latency: early results every {sizes.latency_window_ms} ms on {window_ms} ms "
+          "windows, the running value's age")
+    runs["running"] = running.measure(
+        bootstrap, seconds=sizes.latency_s, window_ms=window_ms,
+        emit_every_ms=sizes.latency_window_ms, messages_per_s=sizes.latency_messages_per_s,
+        rows_per_message=sizes.latency_rows_per_message)
+    print(f"   p50 {runs['running']['p50_ms']:.0f} ms, p99 {runs['running']['p99_ms']:.0f} ms",
+          flush=True)
     return runs
 
 
@@ -184,10 +252,11 @@ def write_outputs(results: dict[str, Any], directory: Path, doc: Path, *, plot: 
         print(f"wrote {path.name}", flush=True)
     doc.parent.mkdir(parents=True, exist_ok=True)
     if plot:
-        report.plot(results, doc.parent / report.PLOT_NAME)
+        draw(results, doc.parent / report.PLOT_NAME)
     method = (TEXT / "method.md").read_text()
     findings = (TEXT / "findings.md").read_text()
-    doc.write_text(report.markdown(results, method=method, findings=findings, plot=plot))
+    text = report.markdown(results, method=method, findings=findings, plot=plot)
+    doc.write_text(scale_out_containers.with_section(text, results))
     for target, measured, met in report.targets(results):
         verdict = "n/a" if met is None else ("met" if met else "NOT met")
         print(f"target: {target}: {measured} ({verdict})", flush=True)

@@ -182,11 +182,18 @@ def interleaved_seconds(runners: dict[str, Callable[[], object]],
 
 
 def measure(payloads: Payloads, *, repetitions: int, poll_messages: int,
-            peers: tuple[str, ...] = PEERS) -> dict[str, Any]:
-    """Median seconds per peer; repetitions interleave the peers so drift hits all alike."""
-    check_agreement({p: RUNNERS[p](payloads, poll_messages) for p in peers})
+            peers: tuple[str, ...] = PEERS, extra: dict[str, Callable[[Payloads, int], Any]]
+            | None = None, read_back: Callable[[Any], Any] = lambda result: result,
+            ) -> dict[str, Any]:
+    """Median seconds per peer; repetitions interleave the peers so drift hits all alike.
+    ``extra``: more runners timed with them, whose results ``read_back`` makes rows to
+    check (``bench.kernel_floor``'s floors, which end in encoded output)."""
+    runners = {**{p: RUNNERS[p] for p in peers}, **(extra or {})}
+    check_agreement({name: run(payloads, poll_messages) if name in peers else
+                     read_back(run(payloads, poll_messages)) for name, run in runners.items()})
     seconds = interleaved_seconds(
-        {p: partial(RUNNERS[p], payloads, poll_messages) for p in peers}, repetitions)
+        {name: partial(run, payloads, poll_messages) for name, run in runners.items()},
+        repetitions)
     figures: dict[str, Any] = {}
     for peer, runs in seconds.items():
         median = statistics.median(runs)

@@ -128,14 +128,14 @@ def _summary(sent: dict[int, list[tuple[int, float]]], readable: dict[int, float
         raise RuntimeError("no window was read back; the latency run saw no output")
     return {
         "windows": len(latencies), "window_ms": window_ms,
-        "p50_ms": _percentile(latencies, 50), "p99_ms": _percentile(latencies, 99),
+        "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
         "max_ms": max(latencies),
-        "close_to_commit_p50_ms": _percentile(inside, 50) if inside else None,
+        "close_to_commit_p50_ms": percentile(inside, 50) if inside else None,
         "latencies_ms": latencies,
     }
 
 
-def _percentile(values: list[float], q: int) -> float:
+def percentile(values: list[float], q: int) -> float:
     if len(values) == 1:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]

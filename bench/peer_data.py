@@ -30,7 +30,7 @@ GROUPS = 200
 MESSAGES_PER_WINDOW = 2
 CLOSING_GAP = 10  # windows between the data's last one and the closing rows' window
 KEYS = ("window_start", "site", "sensor")
-ResultShape = Literal["arrowagg", "quix", "bytewax", "denormalized"]
+ResultShape = Literal["arrowagg", "quix", "bytewax", "denormalized", "flink", "kstreams"]
 
 
 def slice_payloads(windows: int) -> Payloads:
@@ -103,12 +103,20 @@ def _json_result(shape: ResultShape, record: OutputRecord) -> dict[str, Any]:
         row["site"], row["sensor"] = (record.key or b"").decode().split("|")
     elif shape == "denormalized":  # site_sensor, aggregates, window_start_time (naive UTC)
         row["site"], row["sensor"] = row.pop("site_sensor").split("|")
-        start = datetime.fromisoformat(row.pop("window_start_time")).replace(tzinfo=UTC)
-        row["window_start"] = int(start.timestamp() * 1000)
+        row["window_start"] = _epoch_ms(row.pop("window_start_time"))
         row.pop("window_end_time")
-    else:  # bytewax: written as arrowagg's JSON rows are
+    elif shape == "flink":  # the sink table's columns; TIMESTAMP(3) in UTC as SQL text
+        row["window_start"] = _epoch_ms(row["window_start"])
+        row.pop("window_end")
+    else:  # bytewax, kstreams: written as arrowagg's JSON rows are
         row.pop("window_end", None)
     return row
+
+
+def _epoch_ms(naive_utc: str) -> int:
+    """'2025-01-01 00:00:00' or '2025-01-01T00:00:00.000' (UTC, no zone) in epoch ms."""
+    start = datetime.fromisoformat(naive_utc).replace(tzinfo=UTC)
+    return int(start.timestamp() * 1000)
 
 
 def _empty() -> pl.DataFrame:

@@ -38,7 +38,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from bench import peer_data
+from bench import jvm_peers, peer_data
 from bench.broker import create_topic, delete_topics, fill
 from bench.payloads import WINDOW_MS, Payloads
 from bench.sizes import PeerRun
@@ -62,6 +62,17 @@ class Peer:
     extra: tuple[str, ...] = ()
     group_from_start: bool = False  # commit offset 0 for the group before launching
     probe_startup: bool = False  # startup from a separate run with --probe
+    jvm: Literal["flink", "kstreams"] | None = None  # what bench.jvm_peers sets up
+
+    def missing(self) -> str | None:
+        """Why this peer cannot run on this machine, or None."""
+        if self.jvm == "kstreams":
+            return jvm_peers.kstreams_missing()
+        if self.jvm == "flink":
+            return jvm_peers.flink_missing(self.python())
+        if not self.python().exists():
+            return f"no interpreter: make bench installs one in .venv/{self.venv}"
+        return None
 
     def python(self) -> Path:
         if self.venv is None:
@@ -96,6 +107,22 @@ PEERS = (
          "offsets and starts at the latest one: a restart skips what came meanwhile); "
          "pinned to one core, the only setting where its windows came out right",
          package="denormalized", group_from_start=True, probe_startup=True),
+    Peer("flink", "Flink SQL", "flink", "flink_app.py", "json", "flink",
+         "JSON input, one row a message (as Flink users publish), read by the Kafka SQL "
+         "connector; the planner's window aggregate on the default (heap) state backend; "
+         "exactly-once: a checkpoint a second (to files) and the transactional Kafka sink, so "
+         "results are readable from the checkpoint after they are written; one JVM (a local "
+         "MiniCluster, beside PyFlink's Python gateway), parallelism 2 (the cores), the "
+         "source 1 (the one input partition)",
+         package="apache-flink", jvm="flink"),
+    Peer("kstreams", "Kafka Streams", None, "", "json", "kstreams",
+         "JSON input, one row a message; groupBy sends every row once more through a "
+         "repartition topic; window state in RocksDB with a changelog topic, and "
+         "suppress's buffer with one of its own; exactly-once (exactly_once_v2, a commit a "
+         "second); one JVM, "
+         "a stream thread per core over the one input partition (one task reads, one "
+         "aggregates)",
+         jvm="kstreams"),
 )
 BY_NAME = {peer.name: peer for peer in PEERS}
 
@@ -111,9 +138,8 @@ def run_all(bootstrap: str, runs: dict[str, PeerRun],
         about = {"label": peer.label, "input": peer.input, "uneven": peer.uneven}
         if run.windows == 0:
             results[name] = {**about, "skipped": "not run at these sizes"}
-        elif not peer.python().exists():
-            results[name] = {**about, "skipped": f"no interpreter: make bench installs one "
-                                                 f"in .venv/{peer.venv}"}
+        elif (why := peer.missing()) is not None:
+            results[name] = {**about, "skipped": why}
         else:
             payloads = peer_data.slice_payloads(run.windows)
             slices[name] = (payloads, peer_data.reference(payloads))
@@ -152,9 +178,10 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**chosen, "runs_rows_per_s": [r["rows_per_s"] for r in runs]}
 
 
-def measure(bootstrap: str, peer: Peer, payloads: Payloads,
-            expected: Any) -> dict[str, Any]:
-    """One run of ``peer`` over a fresh topic holding ``payloads``."""
+def measure(bootstrap: str, peer: Peer, payloads: Payloads, expected: Any,
+            on_start: Callable[[int], object] = lambda _pid: None) -> dict[str, Any]:
+    """One run of ``peer`` over a fresh topic holding ``payloads``; ``on_start`` is given
+    the process id of the timed run (the leader of its process group)."""
     values = [*payloads.values, peer_data.closing_arrow(payloads)]
     if peer.input == "json":
         values = [row for value in values for row in peer_data.json_rows(value)]
@@ -167,12 +194,12 @@ def measure(bootstrap: str, peer: Peer, payloads: Payloads,
         fill(bootstrap, source, [(0, v) for v in values])
         startup = _probe(bootstrap, peer, source, groups[1]) if peer.probe_startup else None
         run = _launch(bootstrap, peer, source, output, group=groups[0],
-                      expected=expected.height)
+                      expected=expected.height, on_start=on_start)
     finally:
         delete_topics(bootstrap, [source, output, *_topics_of(bootstrap, groups)])
     base = {"label": peer.label, "input": peer.input, "uneven": peer.uneven, "load": load,
-            "windows": payloads.windows, "rows": payloads.rows, "messages": len(values),
-            "exit_code": run.exit_code}
+            "launched": run.launched, "windows": payloads.windows, "rows": payloads.rows,
+            "messages": len(values), "exit_code": run.exit_code}
     got = None
     try:
         got = peer_data.data_results(
@@ -203,7 +230,8 @@ def _probe(bootstrap: str, peer: Peer, source: str, group: str) -> float:
     with tempfile.TemporaryFile("w+") as out:
         launched = time.time()
         process = subprocess.Popen([*_command(peer, bootstrap, source, "unused", group),
-                                    "--probe"], stdout=out, stderr=subprocess.DEVNULL)
+                                    "--probe"], stdout=out, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
         deadline = time.monotonic() + 120
         try:
             while time.monotonic() < deadline and process.poll() is None:
@@ -230,14 +258,15 @@ class Run:
 
 
 def _launch(bootstrap: str, peer: Peer, source: str, output: str, *, group: str,
-            expected: int, timeout_s: float = 900) -> Run:
+            expected: int, on_start: Callable[[int], object], timeout_s: float = 900) -> Run:
     _prepare_group(bootstrap, peer, source, group)
     reader = OutputReader(bootstrap, output, peer.shape, expected)
     reader.start()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         launched = time.time()
         process = subprocess.Popen(_command(peer, bootstrap, source, output, group),
-                                   stdout=out, stderr=err)
+                                   stdout=out, stderr=err, start_new_session=True)
+        on_start(process.pid)
         deadline = time.monotonic() + timeout_s
         ended = "timed out"
         while reader.complete_at is None and time.monotonic() < deadline:
@@ -255,6 +284,8 @@ def _launch(bootstrap: str, peer: Peer, source: str, output: str, *, group: str,
 
 
 def _command(peer: Peer, bootstrap: str, source: str, output: str, group: str) -> list[str]:
+    if peer.jvm == "kstreams":
+        return jvm_peers.kstreams_command(bootstrap, source, output, group, str(WINDOW_MS))
     tail = list(peer.extra) if peer.extra else [group]
     return [str(peer.python()), str(BENCH / peer.script), bootstrap, source, output, *tail,
             str(WINDOW_MS)]
@@ -278,13 +309,22 @@ def _topics_of(bootstrap: str, groups: Sequence[str]) -> list[str]:
 
 
 def _stop(process: subprocess.Popen[Any], how: signal.Signals) -> None:
+    """Stop the peer's process group (PyFlink's JVM is a child of its Python)."""
     if process.poll() is None:
-        process.send_signal(how)
+        _signal_group(process, how)
         try:
             process.wait(STOP_GRACE_S)
         except subprocess.TimeoutExpired:
-            process.kill()
+            _signal_group(process, signal.SIGKILL)
             process.wait()
+    _signal_group(process, signal.SIGKILL)  # whatever outlived its parent
+
+
+def _signal_group(process: subprocess.Popen[Any], how: signal.Signals) -> None:
+    try:
+        os.killpg(process.pid, how)
+    except ProcessLookupError:
+        return
 
 
 class OutputReader(threading.Thread):

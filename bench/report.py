@@ -7,8 +7,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import report_targets, running
 from bench.machine import describe
 from bench.memory import bytes_per_group
+from bench.report_peers import (
+    PEER_MEMORY_INTRO,
+    PEERS_INTRO,
+    peer_memory_table,
+    peers_table,
+    peers_uneven,
+)
+from bench.tables import markdown_table as _table
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -16,7 +25,9 @@ DOC = REPO / "docs" / "benchmarks.md"
 PLOT_NAME = "benchmarks.png"
 
 PEER_NAMES = {"arrowagg": "arrowagg", "datafusion": "DataFusion", "duckdb": "DuckDB",
-              "polars_naive": "naive Polars"}
+              "polars_naive": "naive Polars",
+              **{name: f"Polars floor, {shape}"
+                 for name, shape in report_targets.FLOOR_NAMES.items()}}
 
 
 def write_json(results: dict[str, Any], directory: Path = RESULTS) -> list[Path]:
@@ -43,7 +54,7 @@ def scale_out_table(results: dict[str, Any]) -> str:
              f"{r['repartition_bytes'] / 1e6:.2f}" if r["repartition_bytes"] else "-",
              f"{r['repartition_bytes_per_input_gb'] / 1e6:.1f}" if r["repartition_bytes"]
              else "-"] for r in runs]
-    head = (f"{figures['rows']:,} rows ({_gb(figures['input_bytes'])}, dictionary keys, "
+    head = (f"{figures['rows']:,} rows ({gb(figures['input_bytes'])}, dictionary keys, "
             f"{figures['groups']:,} groups, {figures['windows']} windows) in "
             f"{figures['input_partitions']} input partitions; "
             f"{figures['repartition_partitions']} repartition partitions. Launch to the last "
@@ -58,20 +69,13 @@ def scale_out_table(results: dict[str, Any]) -> str:
 
 def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     """(target, what was measured, met) for every target the issue names."""
-    rows: list[tuple[str, str, bool | None]] = []
-    for case in results.get("kernel", []):
-        peers = case["peers"]
-        ours = peers["arrowagg"]["rows_per_s"]
-        label = f"{case['case']}, {case['encoding']}"
-        for peer, goal in kernel_goals(case):
-            ratio = ours / peers[peer]["rows_per_s"]
-            rows.append((f"kernel >= {goal}x {PEER_NAMES[peer]} ({label})",
-                         f"{ratio:.2f}x", ratio >= goal))
+    rows = report_targets.kernel_rows(results)
     e2e = results.get("e2e", {})
     for encoding, readers in e2e.get("encodings", {}).items():
         ratio = readers["daemon"]["rows_per_s"] / _ceiling(readers)["rows_per_s"]
         rows.append((f"end to end >= 0.8x raw consume ({encoding})", f"{ratio:.2f}x",
                      ratio >= 0.8))
+    rows += report_targets.reader_rows(results)
     if "peers" in e2e:
         rows.append(_quix_target(e2e["peers"]))
     memory = results.get("memory", {})
@@ -79,7 +83,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         low, high = fixed[0], fixed[-1]
         change = high["steady_rss_mb"] / low["steady_rss_mb"] - 1
         peak = high["peak_rss_mb"] / low["peak_rss_mb"] - 1
-        rows.append((f"RSS flat within 10% from {_gb(low['bytes'])} to {_gb(high['bytes'])}",
+        rows.append((f"RSS flat within 10% from {gb(low['bytes'])} to {gb(high['bytes'])}",
                      f"steady {change:+.1%}, peak {peak:+.1%}",
                      abs(change) <= 0.10 and abs(peak) <= 0.10))
     if (sweep := memory.get("sweep", [])) and len(sweep) > 1:
@@ -87,8 +91,9 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         per_group = bytes_per_group(low["steady_rss_mb"], high["steady_rss_mb"],
                                     low["groups"], high["groups"])
         label = (f"steady RSS, {low['groups']:,} -> {high['groups']:,} groups, "
-                 f"{_gb(high['bytes'])} each")
-        rows.append((f"memory per open group <= 300 bytes ({label})", f"{per_group:.0f} bytes",
+                 f"{gb(high['bytes'])} each")
+        rows.append((f"memory per open group <= 300 bytes ({label})",
+                     f"{per_group:.0f} bytes{report_targets.memory_anchors(results)}",
                      per_group <= 300))
     if defaults := results.get("latency", {}).get("defaults"):
         rows.append(("latency p99 < 250 ms (shipped defaults)",
@@ -108,16 +113,6 @@ def _quix_target(peers: dict[str, Any]) -> tuple[str, str, bool | None]:
             return target, f"{name}: {why}", None
     ratio = ours["rows_per_s"] / quix["rows_per_s"]
     return target, f"{ratio:.0f}x", ratio >= 10
-def kernel_goals(case: dict[str, Any]) -> list[tuple[str, float]]:
-    """Issue 15's kernel targets: at the 10k-group case >= 1.5x DataFusion with dictionary
-    keys (what the Publisher sends), >= 1.0x with plain ones, >= 3x naive Polars with
-    both; at a million groups >= 1.0x DataFusion."""
-    if case["groups"] >= 1_000_000:
-        return [("datafusion", 1.0)]
-    return [("datafusion", 1.5 if case["encoding"] == "dictionary" else 1.0),
-            ("polars_naive", 3.0)]
-
-
 def _ceiling(readers: dict[str, Any]) -> dict[str, Any]:
     raws = [v for k, v in readers.items() if k.startswith("raw")]
     return max(raws, key=lambda r: float(r["rows_per_s"]))
@@ -133,17 +128,11 @@ def _load(results: dict[str, Any]) -> str:
             f"on {results['machine']['cores']} cores")
 
 
-def _gb(nbytes: float) -> str:
+def gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.0f} MB"
 
 
 # -- markdown ----------------------------------------------------------------------------
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def kernel_table(results: dict[str, Any]) -> str:
@@ -164,58 +153,11 @@ def e2e_table(results: dict[str, Any]) -> str:
     for encoding, readers in e2e.get("encodings", {}).items():
         ceiling = _ceiling(readers)["rows_per_s"]
         for reader, fig in readers.items():
-            rows.append([encoding, E2E_NAMES.get(reader, reader), _gb(fig["bytes"]),
+            rows.append([encoding, E2E_NAMES.get(reader, reader), gb(fig["bytes"]),
                          f"{fig['seconds']:.2f}", f"{fig['rows_per_s'] / 1e6:.2f}",
                          f"{fig['mb_per_s']:.0f}", f"{fig['rows_per_s'] / ceiling:.2f}x"])
     return _table(["payload keys", "reader", "input", "s", "Mrows/s", "MB/s",
                    "/ raw ceiling"], rows)
-
-
-def peers_table(results: dict[str, Any]) -> str:
-    """The whole job per peer: startup apart from the steady rate, per-row ratios."""
-    peers = results.get("e2e", {}).get("peers", {})
-    ours = peers.get("arrowagg", {})
-    rows = []
-    for name, fig in peers.items():
-        label = fig.get("label", name)
-        if "skipped" in fig:
-            rows.append([label, fig.get("input", ""), "", "", "", "", "", "",
-                         f"skipped: {fig['skipped']}"])
-        elif "wrong" in fig:
-            rows.append([label, fig["input"], f"{fig['rows']:,}", "", "", "",
-                         f"{fig['load']:.1f}", "", f"**wrong output**, not timed: {fig['wrong']}"])
-        else:
-            rows.append([label, fig["input"], f"{fig['rows']:,}", f"{fig['startup_s']:.2f}",
-                         f"{fig['rows_per_s']:,.0f}", f"{fig['launch_to_last_rows_per_s']:,.0f}",
-                         f"{fig['load']:.1f}", _steady_ratio(ours, fig),
-                         _whole_job_ratio(ours, fig)])
-    return _table(["peer", "input", "rows", "startup s", "steady rows/s",
-                   "launch to last result, rows/s", "machine load",
-                   "arrowagg / peer, steady", "arrowagg / peer, launch to last on its slice"],
-                  rows)
-
-
-def _steady_ratio(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
-    if "rows_per_s" not in ours:
-        return ""
-    return f"{ours['rows_per_s'] / theirs['rows_per_s']:.1f}x"
-
-
-def _whole_job_ratio(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
-    """The peer's launch-to-last time over arrowagg's for the same number of rows: its
-    startup plus those rows at its steady rate (the slices differ in length, and a
-    launch-to-last rate depends on it)."""
-    if "rows_per_s" not in ours:
-        return ""
-    ours_s = ours["startup_s"] + theirs["rows"] / ours["rows_per_s"]
-    return f"{theirs['launch_to_last_s'] / ours_s:.1f}x"
-
-
-def peers_uneven(results: dict[str, Any]) -> str:
-    """What makes each comparison uneven, one line a peer."""
-    peers = results.get("e2e", {}).get("peers", {})
-    return "\n".join(f"- **{fig.get('label', name)}**: {fig['uneven']}"
-                     for name, fig in peers.items() if "uneven" in fig)
 
 
 E2E_NAMES = {
@@ -234,7 +176,7 @@ def memory_table(results: dict[str, Any]) -> str:
     rows = []
     for kind, runs in (("fixed cardinality", memory.get("fixed", [])),
                        ("cardinality sweep", memory.get("sweep", []))):
-        rows += [[kind, _gb(run["bytes"]), f"{run['rows'] / 1e6:.0f} M", f"{run['groups']:,}",
+        rows += [[kind, gb(run["bytes"]), f"{run['rows'] / 1e6:.0f} M", f"{run['groups']:,}",
                   f"{run['baseline_rss_mb']:.0f}", f"{run['steady_rss_mb']:.0f}",
                   f"{run['peak_rss_mb']:.0f}"] for run in runs]
     return _table(["run", "streamed", "rows", "groups per window", "RSS at start MB",
@@ -244,30 +186,15 @@ def memory_table(results: dict[str, Any]) -> str:
 def latency_table(results: dict[str, Any]) -> str:
     rows = []
     for name, run in results.get("latency", {}).items():
-        if not isinstance(run, dict) or "p50_ms" not in run:
+        if not isinstance(run, dict) or "windows" not in run:
             continue
         inside = run.get("close_to_commit_p50_ms")
         rows.append([LATENCY_NAMES.get(name, name), str(run["windows"]),
                      f"{run['p50_ms']:.0f}", f"{run['p99_ms']:.0f}", f"{run['max_ms']:.0f}",
                      "" if inside is None else f"{inside:.0f}"])
     return _table(["daemon settings", "windows", "p50 ms", "p99 ms", "max ms",
-                   "close -> commit inside the daemon, p50 ms"], rows)
-
-
-PEERS_INTRO = """### The whole job against the tools a user would pick instead
-
-Each peer, written as a fluent user of it writes the job, drains its slice (20,000 rows
-a 10-second window over 200 groups; one partition; a closing row per group) from a fresh
-topic and writes its results to another, in a process of its own launched by the harness.
-Every result is checked against DuckDB before any figure counts. *Startup*: launch to the
-first input message in the peer's hands; *steady*: rows over first input to last result
-(as the broker appended it; for arrowagg, the commit that made it readable); launch to
-last result is both together, so on a short slice it is mostly startup. The steady ratio
-is per row (the slices differ only in how many windows they hold); the launch-to-last one
-compares the peer's whole run with arrowagg's startup plus the same rows at arrowagg's
-steady rate: the same job from launch. *Machine load*: the 1-minute load average when the
-(median) run started; arrowagg's runs are spread over the section, so its median sees the
-same drift as the peers."""
+                   "close -> commit inside the daemon, p50 ms"], rows) + running.sentence(
+        results.get("latency", {}).get("running"))
 
 
 LATENCY_NAMES = {
@@ -290,6 +217,8 @@ def markdown(results: dict[str, Any], *, method: str, findings: str, plot: bool)
         f"run: {results.get('started', '')}, sizes {results.get('sizes', '')}, "
         f"wall time {wall:.0f} s" if wall else "",
         _load(results),
+        *(f"sections {', '.join(run['sections'])}: from the run of {run['started']} "
+          f"({run['machine']})" for run in results.get("earlier", [])),
         "```",
         "",
         "Ratios are the headline; absolute figures on a small shared machine are context.",
@@ -316,84 +245,11 @@ def markdown(results: dict[str, Any], *, method: str, findings: str, plot: bool)
         if key == "e2e" and results.get("e2e", {}).get("peers"):
             parts += [PEERS_INTRO, "", peers_table(results), "",
                       "What makes each comparison uneven:", "", peers_uneven(results), ""]
+        if key == "e2e" and results.get("e2e", {}).get("peer_memory"):
+            parts += [PEER_MEMORY_INTRO, "", peer_memory_table(results), ""]
     parts += ["## How it is measured", "", method.strip(), "", "## What the profiles show", "",
               findings.strip(), ""]
     return "\n".join(parts)
 
 
 # -- the plot ----------------------------------------------------------------------------
-
-
-def plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib as mpl  # noqa: PLC0415 - only make bench installs it
-
-    mpl.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    _plot_kernel(axes[0][0], results)
-    _plot_e2e(axes[0][1], results)
-    _plot_memory(axes[1][0], results)
-    _plot_latency(axes[1][1], results)
-    fig.suptitle(f"arrowagg vs peers, {results['machine']['cores']} cores "
-                 f"({results.get('started', '')})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-
-
-def _plot_kernel(ax: Any, results: dict[str, Any]) -> None:
-    cases = results.get("kernel", [])
-    peers = list(PEER_NAMES)
-    width = 0.8 / len(peers)
-    for i, peer in enumerate(peers):
-        values = [c["peers"][peer]["rows_per_s"] / 1e6 if peer in c["peers"] else 0
-                  for c in cases]
-        ax.bar([x + i * width for x in range(len(cases))], values, width,
-               label=PEER_NAMES[peer])
-    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))],
-                  [f"{c['case']}\n{c['encoding']}" for c in cases], fontsize=7)
-    ax.set_ylabel("Mrows/s (median)")
-    ax.set_title("1. aggregation kernel")
-    ax.legend(fontsize=7)
-
-
-def _plot_e2e(ax: Any, results: dict[str, Any]) -> None:
-    labels, values = [], []
-    for encoding, readers in results.get("e2e", {}).get("encodings", {}).items():
-        for reader, fig in readers.items():
-            labels.append(f"{reader}\n{encoding}")
-            values.append(fig["rows_per_s"] / 1e6)
-    for name, fig in results.get("e2e", {}).get("peers", {}).items():
-        if "rows_per_s" in fig:
-            labels.append(f"{name}\n(steady)")
-            values.append(fig["rows_per_s"] / 1e6)
-    ax.bar(range(len(values)), values, color="tab:green")
-    ax.set_xticks(range(len(values)), labels, fontsize=6, rotation=25)
-    ax.set_yscale("log")
-    ax.set_ylabel("Mrows/s (log)")
-    ax.set_title("2. end to end through the broker")
-
-
-def _plot_memory(ax: Any, results: dict[str, Any]) -> None:
-    memory = results.get("memory", {})
-    for run in [*memory.get("fixed", []), *memory.get("sweep", [])]:
-        samples = run.get("rss_samples_mb", [])
-        ax.plot([at / 1e9 for at, _ in samples], [mb for _, mb in samples],
-                label=f"{_gb(run['bytes'])}, {run['groups']:,} groups")
-    ax.set_xlabel("GB streamed")
-    ax.set_ylabel("VmRSS MB")
-    ax.set_title("3. RSS while streaming (kernel path)")
-    ax.legend(fontsize=7)
-
-
-def _plot_latency(ax: Any, results: dict[str, Any]) -> None:
-    for name, run in results.get("latency", {}).items():
-        if isinstance(run, dict) and run.get("latencies_ms"):
-            values = sorted(run["latencies_ms"])
-            ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=name)
-    ax.axvline(250, color="grey", linestyle=":")
-    ax.set_xlabel("window close -> readable, ms")
-    ax.set_ylabel("fraction of windows")
-    ax.set_title("4. latency (CDF)")
-    ax.legend(fontsize=7)

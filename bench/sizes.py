@@ -43,6 +43,11 @@ class Sizes:
     latency_messages_per_s: int
     latency_rows_per_message: int
     scale_out_bytes: int  # the input the 1, 2 and 3 instances drain
+    # RSS per open group end to end (bench.peer_memory): these peers, at each cardinality
+    peer_memory_peers: tuple[str, ...] = ("arrowagg", "flink", "kstreams")
+    peer_memory_groups: tuple[int, ...] = (10_000, 1_000_000)
+    peer_memory_windows: int = 2  # the second is the steady one
+    peer_memory_rows_per_window: int = 1_000_000
 
 
 FULL = Sizes(
@@ -57,7 +62,8 @@ FULL = Sizes(
     # ~10-40 s each: arrowagg's 5M rows take about as long as its startup (a shorter
     # slice leaves its steady rate to a fraction of a second), Denormalized ~10k rows/s
     peers={"arrowagg": PeerRun(250, repetitions=3), "quix": PeerRun(20),
-           "bytewax": PeerRun(20), "bytewax_json": PeerRun(20), "denormalized": PeerRun(10)},
+           "bytewax": PeerRun(20), "bytewax_json": PeerRun(20), "denormalized": PeerRun(10),
+           "flink": PeerRun(20), "kstreams": PeerRun(20)},
     memory_bytes=(1 * GB, 10 * GB),
     memory_groups=(10_000, 100_000, 1_000_000),
     # 4 GB is 6 windows of 10 polls: 1 GB was 1.5, a warm-up (1M groups: 785 MB steady
@@ -79,7 +85,8 @@ SMOKE = replace(
     e2e_partitions=2,
     e2e_repetitions=1,
     peers={"arrowagg": PeerRun(3), "quix": PeerRun(0), "bytewax": PeerRun(0),
-           "bytewax_json": PeerRun(0), "denormalized": PeerRun(0)},
+           "bytewax_json": PeerRun(0), "denormalized": PeerRun(0), "flink": PeerRun(0),
+           "kstreams": PeerRun(0)},
     memory_bytes=(10 * MB, 20 * MB),
     memory_groups=(100, 1_000),
     memory_sweep_bytes=10 * MB,
@@ -89,4 +96,7 @@ SMOKE = replace(
     latency_messages_per_s=20,
     latency_rows_per_message=100,
     scale_out_bytes=3 * MB,
+    peer_memory_peers=("arrowagg",),
+    peer_memory_groups=(100, 1_000),
+    peer_memory_rows_per_window=2_000,
 )

@@ -71,6 +71,7 @@ def build_pipeline(settings: Settings) -> Pipeline:
         commit_interval_ms=settings.processing.commit_interval_ms,
         # Count windows number their windows: their frontier is no time to bound.
         max_future_ms=None if settings.window.kind == "count" else settings.window.max_future_ms,
+        emit_every_ms=settings.window.emit_every_ms,
     )
 
 
@@ -89,7 +90,8 @@ def build_two_stages(settings: Settings, inputs: set[PartitionKey]) -> TwoStageP
                          counters=stage_one.counters,
                          budget=(settings.input.max_groups,
                                  settings.input.max_buffered_values),
-                         revise_within_ms=revise_within_ms(settings))
+                         revise_within_ms=revise_within_ms(settings),
+                         emit_every_ms=settings.window.emit_every_ms)
     return TwoStagePipeline(stage_one, stage_two, settings.scale_out.repartition_topic,
                             commit_interval_ms=settings.processing.commit_interval_ms)
 
@@ -100,7 +102,8 @@ def build_engine(settings: Settings, plan: AggregationPlan,
     if window.kind == "count":
         return CountWindowEngine(plan, batches=window.count_batches, rows=window.count_rows,
                                  idle_timeout_ms=window.idle_timeout_ms,
-                                 merge_every=processing.merge_every_batches)
+                                 merge_every=processing.merge_every_batches,
+                                 provisional=window.emit_every_ms is not None)
     if window.kind == "session":
         assert window.gap_ms is not None  # noqa: S101 - checked by the config model
         return SessionWindowEngine(
@@ -114,7 +117,8 @@ def build_engine(settings: Settings, plan: AggregationPlan,
         event_time=window.time == "event", time_dtype=time_dtype,
         allowed_lateness_ms=window.allowed_lateness_ms, idle_timeout_ms=window.idle_timeout_ms,
         merge_every=processing.merge_every_batches, partials=settings.scale_out is not None,
-        revise_within_ms=revise_within_ms(settings))
+        revise_within_ms=revise_within_ms(settings),
+        provisional=window.emit_every_ms is not None and settings.scale_out is None)
 
 
 def revise_within_ms(settings: Settings) -> int | None:

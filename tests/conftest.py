@@ -12,6 +12,7 @@ Broker selection, in order:
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -43,6 +44,21 @@ class Broker:
 _broker_seen: list[Broker] = []
 _failures: list[str] = []
 _session_state: list[Path] = []  # the session broker's KAFKA_LOCAL_DIR, once made
+COMPOSE_TESTS = REPO / "tests" / "deploy" / "compose"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--compose", action="store_true",
+                     help="run tests/deploy/compose/: the container stack, built and started "
+                          "(make compose-test); without it they are not collected")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The container stack's checks need a Docker engine and minutes of image building:
+    `make compose-test` runs them (--compose), `make test` leaves them out."""
+    if collection_path == COMPOSE_TESTS and not config.getoption("--compose"):
+        return True
+    return None
 
 
 def _docker_answers() -> bool:
@@ -85,6 +101,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _local_version() -> str:
     return _kafka_local("version").stdout.strip() or "unknown"
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """A test that runs a command line (``configure_logging``) leaves the root logger's
+    level and handlers as it found them: the level it set let INFO records into a later
+    test's caplog, which then failed or passed by test order."""
+    root = logging.getLogger()
+    level, before = root.level, set(root.handlers)
+    yield
+    root.setLevel(level)
+    for handler in root.handlers[:]:
+        if handler not in before and type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,9 @@ a window once all of it has arrived; ``consumer.kafka.tail.read_output(complete=
 uses it. With ``window.late: revise`` a closed window can later get update revisions
 (``arrowagg.revision-kind: update``): once all chunks of one are in, its rows replace the
 rows of the same keys in the window's closing revision and the window is handed out
-again, whole, as of that revision: the latest supersedes. With the scale-out each part
+again, whole, as of that revision: the latest supersedes. Provisional revisions (early
+results: ``final: false`` updates of a window still open) are left out: the window's
+closing revision is the whole of it. With the scale-out each part
 numbers its revisions on its own (its keys are its own): an update is a repeat when its
 part has had that revision or a later one.
 """
@@ -60,7 +62,9 @@ class WindowAssembler:
         """Take one decoded message; return its window when this message completes it
         (or completes an update revision of it)."""
         if isinstance(message, OutputWindow) and message.kind == "update":
-            return self._update(message)
+            # A provisional revision (early results) of a window still open says nothing
+            # about the whole window: its closing revision does.
+            return self._update(message) if message.final else None
         if message.start_ms in self._done:
             return None  # a repeat (at-least-once output), or a part already counted
         collected = self._open.setdefault(message.start_ms, _Collected(message.end_ms))

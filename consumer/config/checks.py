@@ -130,6 +130,12 @@ def _session_problems(settings: Settings) -> Iterator[Problem]:
                     "first, last); remove it, or use tumbling or hopping windows")
 
 
+def _early_results_problems(settings: Settings) -> Iterator[Problem]:
+    if settings.window.emit_every_ms is not None and settings.window.kind == "session":
+        yield (("window", "emit_every_ms"), ("session windows give no early results yet: "
+               "a session's bounds move as it grows; remove emit_every_ms"))
+
+
 def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
     scale_out = settings.scale_out
     if scale_out is None:
@@ -205,7 +211,8 @@ def cross_key_problems(settings: Settings) -> list[Problem]:
     """What the one-key-at-a-time validation cannot see."""
     return [*_window_key_problems(settings.window), *_revision_problems(settings.window),
             *_topic_problems(settings), *_session_problems(settings),
-            *_scale_out_problems(settings), *_librdkafka_problems(settings.kafka)]
+            *_scale_out_problems(settings), *_early_results_problems(settings),
+            *_librdkafka_problems(settings.kafka)]
 
 
 def one_line(err: Exception) -> str:

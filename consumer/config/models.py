@@ -179,6 +179,10 @@ class WindowSettings(_Section):
     # "drop" counts it. docs/wire-format.md, "Late-data revisions".
     late: Literal["topic", "revise", "drop"] = "topic"
     revision_lateness_ms: PositiveInt | None = None
+    # Early results: every this many milliseconds (processing time), each open window
+    # whose groups changed sends those groups' current results as a provisional revision
+    # (final: false, kind: update); null: windows say nothing before they close.
+    emit_every_ms: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -227,6 +227,10 @@ class PartialAggregator:
                   if p.part in _COUNTS and p.name not in state.columns]
         return state.with_columns(counts).select(full).with_columns(self._keys.decoded())
 
+    def group_keys(self, state: pl.DataFrame) -> pl.DataFrame:
+        """The group-by columns of ``state`` (made by this aggregator), decoded."""
+        return state.select(self._keys.decoded())
+
     def import_state(self, state: pl.DataFrame) -> pl.DataFrame:
         """An exported state (maybe another instance's), ready to merge with this one's:
         its keys as this aggregator's ids, and every count stored from now on (the

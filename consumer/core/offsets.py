@@ -64,9 +64,10 @@ class CommitMetadata:
     ``waiting`` is the first offset whose rows were consumed but not yet taken into any
     session (they waited for a replay to end). ``window.late: revise`` only:
     ``retention``, the emitted windows kept for revisions. Stage 2 of the scale-out only:
-    ``early``, the windows whose part went out in early revisions (the memory budget) and
-    is not closed yet: (start, next revision, messages, rows, input rows) sent so far, so
-    that numbering and the end-of-window marker's counts survive a restart."""
+    ``early``, the windows whose part went out in revisions before it closed and is not
+    closed yet: (start, next revision, messages, rows, input rows of the early revisions,
+    1 if one of them emptied the part), so that numbering and the end-of-window marker's
+    counts survive a restart."""
 
     frontier: int | None
     position: int
@@ -74,7 +75,7 @@ class CommitMetadata:
     closed: tuple[tuple[int, int], ...] = ()
     waiting: int | None = None
     retention: Retention | None = None
-    early: tuple[tuple[int, int, int, int, int], ...] = ()
+    early: tuple[tuple[int, ...], ...] = ()
 
     def encode(self) -> str:
         data: dict[str, object] = {"v": 1, "frontier": self.frontier, "position": self.position,
@@ -99,8 +100,7 @@ class CommitMetadata:
             if data.get("v") != 1:
                 return None
             closed = tuple((int(h), int(t)) for h, t in data.get("closed", ()))
-            early = tuple((int(a), int(b), int(c), int(d), int(e))
-                          for a, b, c, d, e in data.get("early", ()))
+            early = tuple(tuple(int(n) for n in entry) for entry in data.get("early", ()))
             return cls(_opt_int(data["frontier"]), int(data["position"]),
                        _opt_int(data["max_event_ms"]), closed, _opt_int(data.get("waiting")),
                        Retention.from_json(data.get("retained")), early)

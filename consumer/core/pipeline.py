@@ -66,12 +66,13 @@ class Pipeline:
     def __init__(self, decoder: Decoder, build_engine: EngineFactory, routes: OutputSpec, *,
                  dlq_limit: DlqLimit, budget: GroupBudget, commit_interval_ms: int,
                  max_future_ms: int | None = None, emitter: WindowEmitter | None = None,
-                 idle_timeout_ms: int | None = None) -> None:
+                 idle_timeout_ms: int | None = None, emit_every_ms: int | None = None) -> None:
         """``max_future_ms``: rows with event times after the wall clock plus this are
         dead-lettered (consumer/core/future_rows.py); None: no bound. ``emitter``: what
         closed windows become (default: results on the output topic).
         ``idle_timeout_ms``: when a partition without data counts as idle before the plan
-        is known (progress reports only)."""
+        is known (progress reports only). ``emit_every_ms``: early results this often
+        (processing time), None: none."""
         self._decoder = decoder
         self._build_engine = build_engine
         self._routes = routes
@@ -86,6 +87,8 @@ class Pipeline:
         self._pending: list[OutputRecord] = []  # built, not yet committed
         self._held: list[ClosedWindow] = []  # their records are pending; commits held back
         self._last_commit_ms: int | None = None
+        self._emit_every_ms = emit_every_ms
+        self._last_provisional_ms: int | None = None
         self.counters = Counters()
 
     # -- partitions ----------------------------------------------------------------------
@@ -251,7 +254,8 @@ class Pipeline:
         pause, resume, early = self._keep_to_budget(now_ms)
         closed += early
         plan = self._decoder.plan
-        for window in closed:
+        # Early results are records, not windows emitted: nothing closed, nothing to count.
+        for window in [*closed, *self._provisional(now_ms)]:
             assert plan is not None  # noqa: S101 - windows exist only once a plan does
             self._pending += self._emitter.window_records(window, plan)
         closed = self._held + closed
@@ -270,6 +274,13 @@ class Pipeline:
                                                             closed)
         return Flush(commit or bool(self._pending), list(self._pending), offsets, closed,
                      pause, resume)
+
+    def _provisional(self, now_ms: int) -> list[ClosedWindow]:
+        every, last = self._emit_every_ms, self._last_provisional_ms
+        if every is None or (last is not None and now_ms - last < every):
+            return []
+        self._last_provisional_ms = now_ms
+        return self._engine.provisional(now_ms)
 
     def committed(self, flush: Flush, now_ms: int) -> None:
         """``flush``'s records and offsets are committed: forget them, move on."""

@@ -329,7 +329,7 @@ class StreamProcessor:
             since = self._rewind_failing_since = self._rewind_failing_since or now
             if is_fatal(error) or now - since > REWIND_GIVE_UP_MS:
                 raise FatalKafkaError(
-                    f"consumer: cannot rewind to the committed offsets: {described(error)}"
+                    f"cannot rewind to the committed offsets: {described(error)}"
                 ) from exc
             log.warning("rewinding failed (%s); trying again on the next turn", error.str())
             return
@@ -356,7 +356,7 @@ class StreamProcessor:
 
     def _skip_unless_fatal(self, error: KafkaError) -> None:
         if is_fatal(error):
-            raise FatalKafkaError(f"consumer: {described(error)}")
+            raise FatalKafkaError(f"from the input consumer: {described(error)}")
 
     def _client_error(self, error: KafkaError) -> None:
         """An error the client reported on its own (not a call's answer): stop on a fatal

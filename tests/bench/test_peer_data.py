@@ -113,9 +113,30 @@ def arrowagg_records(expected: pl.DataFrame) -> list[peer_data.OutputRecord]:
     return records
 
 
+def flink_records(expected: pl.DataFrame) -> list[peer_data.OutputRecord]:
+    """The sink table's rows as Flink's JSON format writes them: TIMESTAMP(3) as SQL text."""
+    def sql(ms: int) -> str:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+    return [peer_data.OutputRecord(None, json.dumps({
+        "window_start": sql(r["window_start"]), "window_end": sql(r["window_start"] + WINDOW_MS),
+        "site": r["site"], "sensor": r["sensor"], **{a: r[a] for a in AGGREGATES},
+        "row_count": r["row_count"],
+    }).encode()) for r in _rows(expected)]
+
+
+def kstreams_records(expected: pl.DataFrame) -> list[peer_data.OutputRecord]:
+    """SensorWindows.Result as Jackson writes it, keyed by the groupBy key."""
+    return [peer_data.OutputRecord(f"{r['site']}|{r['sensor']}".encode(), json.dumps({
+        "window_start": r["window_start"], "window_end": r["window_start"] + WINDOW_MS,
+        "site": r["site"], "sensor": r["sensor"], **{a: r[a] for a in AGGREGATES},
+        "row_count": r["row_count"],
+    }).encode()) for r in _rows(expected)]
+
+
 SHAPES: dict[peer_data.ResultShape, Callable[[pl.DataFrame], list[peer_data.OutputRecord]]] = {
     "arrowagg": arrowagg_records, "quix": quix_records, "bytewax": bytewax_records,
-    "denormalized": denormalized_records,
+    "denormalized": denormalized_records, "flink": flink_records, "kstreams": kstreams_records,
 }
 
 
@@ -128,6 +149,15 @@ def test_each_peers_output_reads_back_as_the_reference(
     assert peer_data.check(got, expected) is None
     assert_frame_equal(got.select(expected.columns), expected, check_exact=False,
                        rel_tol=1e-12)
+
+
+def test_flinks_timestamps_read_with_or_without_milliseconds() -> None:
+    start = START_MS + 3 * WINDOW_MS
+    for text in ("2025-01-01 00:00:30", "2025-01-01T00:00:30.000", "2025-01-01 00:00:30.000"):
+        record = peer_data.OutputRecord(None, json.dumps({
+            "window_start": text, "window_end": "2025-01-01 00:00:40", "site": "s",
+            "sensor": "t", "row_count": 1}).encode())
+        assert peer_data.results_frame("flink", [record])["window_start"].to_list() == [start]
 
 
 def test_no_output_is_all_missing(expected: pl.DataFrame) -> None:
@@ -156,6 +186,43 @@ def test_missing_twice_and_unexpected_results_are_counted(expected: pl.DataFrame
     assert peer_data.check(got, expected) == (
         f"{got.height:,} results for {expected.height:,} (window, group) pairs: "
         "2 missing, 1 unexpected, 1 emitted more than once")
+
+
+def closed_at_first_row_of_last_ms(payloads: Payloads) -> pl.DataFrame:
+    """What Flink SQL gave with ``WATERMARK FOR event_time AS event_time``: a window closes
+    at the first row of its last millisecond and its rows after that one are dropped as
+    late. The surviving rows aggregated by DuckDB, not by the code under test."""
+    import duckdb  # noqa: PLC0415 - loads slowly
+
+    rows = pl.concat([pl.DataFrame([json.loads(line) for line in peer_data.json_rows(v)])
+                      for v in payloads.values])
+    window_end = (pl.col("ts") // WINDOW_MS + 1) * WINDOW_MS
+    seen = pl.col("ts").cum_max().shift(1, fill_value=0)
+    kept = rows.filter(window_end - 1 > seen)
+    con = duckdb.connect()
+    try:
+        con.register("kept", kept)
+        frame = pl.from_arrow(con.sql(
+            "SELECT ts // $w * $w AS window_start, site, sensor, SUM(reading_sum) AS "
+            "reading_sum, SUM(reading_count)::BIGINT AS reading_count, MIN(reading_min) AS "
+            "reading_min, MAX(reading_max) AS reading_max, SUM(power) AS power, "
+            "SUM(error_count)::BIGINT AS error_count, COUNT(*) AS row_count "
+            "FROM kept GROUP BY ALL ORDER BY ALL", params={"w": WINDOW_MS}).to_arrow_table())
+    finally:
+        con.close()
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def test_rows_dropped_as_late_make_a_peer_wrong(
+    payloads: Payloads, expected: pl.DataFrame,
+) -> None:
+    wrong_peer = closed_at_first_row_of_last_ms(payloads)
+    assert wrong_peer["row_count"].sum() < expected["row_count"].sum()  # rows were dropped
+    got = peer_data.results_frame("flink", flink_records(wrong_peer))
+    wrong = peer_data.check(got, expected)
+    assert wrong is not None
+    assert wrong.startswith("values differ")
 
 
 def test_a_window_split_in_pieces_is_wrong(expected: pl.DataFrame) -> None:

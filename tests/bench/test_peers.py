@@ -7,8 +7,9 @@ from bench.sizes import FULL, PeerRun
 
 
 def test_arrowaggs_runs_are_spread_over_the_section() -> None:
-    assert schedule(FULL.peers) == ["arrowagg", "quix", "bytewax", "arrowagg",
-                                    "bytewax_json", "denormalized", "arrowagg"]
+    assert schedule(FULL.peers) == ["arrowagg", "quix", "bytewax", "bytewax_json",
+                                    "arrowagg", "denormalized", "flink", "kstreams",
+                                    "arrowagg"]
     assert schedule({"arrowagg": PeerRun(1, 2), "quix": PeerRun(1, 2)}) == [
         "arrowagg", "quix", "quix", "arrowagg"]
 

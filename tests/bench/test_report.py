@@ -29,3 +29,49 @@ def test_memory_per_group_meets_the_target_at_300_bytes() -> None:
     # 3,000 KiB = 3,072,000 bytes over 10,240 groups: exactly 300 bytes a group.
     figure, met = memory_target(sweep_point(10_000, 50_000), sweep_point(20_240, 53_000))
     assert (figure, met) == ("300 bytes", True)
+
+
+def kernel_case(groups: int, seconds: dict[str, float]) -> dict[str, Any]:
+    """One kernel case as bench.kernel_floor writes it: median seconds per runner."""
+    return {"case": "c", "encoding": "plain", "groups": groups,
+            "peers": {name: {"median_s": s, "rows_per_s": 1e6 / s}
+                      for name, s in seconds.items()}}
+
+
+def test_datafusion_is_a_reference_and_the_floor_a_target() -> None:
+    case = kernel_case(10_000, {"arrowagg": 1.0, "datafusion": 0.5, "polars_naive": 2.0,
+                                "polars_with_output": 0.9, "polars_per_poll": 0.8,
+                                "polars_read_ahead": 0.85})
+    rows = {target: (figure, met) for target, figure, met in targets({"kernel": [case]})}
+    assert rows["kernel within 1.15x the Polars floor's time (c, plain)"] == (
+        "1.25x (per poll)", False)
+    assert rows["kernel >= 3.0x naive Polars (c, plain)"] == ("2.00x", False)
+    assert rows["kernel / DataFusion (c, plain): a reference, not a target"] == ("0.50x", None)
+
+
+def test_the_floor_target_is_met_at_115() -> None:
+    case = kernel_case(1_000_000, {"arrowagg": 1.15, "datafusion": 1.0, "polars_naive": 1.0,
+                                   "polars_with_output": 1.0, "polars_per_poll": 1.2,
+                                   "polars_read_ahead": 1.3})
+    rows = {target: (figure, met) for target, figure, met in targets({"kernel": [case]})}
+    assert rows["kernel within 1.15x the Polars floor's time (c, plain)"] == (
+        "1.15x (one group_by)", True)
+    assert not any("naive" in target for target in rows)  # 3x naive was for 10k groups
+
+
+def test_the_daemon_within_five_percent_of_the_polars_reader() -> None:
+    readers = {"daemon": {"rows_per_s": 94.0}, "polars_reader": {"rows_per_s": 100.0},
+               "raw_daemon_batches": {"rows_per_s": 200.0}}
+    rows = {target: (figure, met) for target, figure, met in
+            targets({"e2e": {"encodings": {"plain": readers}}})}
+    assert rows["end to end >= 0.95x the Polars reader (plain)"] == ("0.94x", False)
+
+
+def test_the_memory_target_names_the_peers_as_anchors() -> None:
+    results = {"memory": {"sweep": [sweep_point(1_000, 100_000), sweep_point(2_000, 100_400)]},
+               "e2e": {"peer_memory": {
+                   "flink": {"label": "Flink SQL", "bytes_per_group": 1234.4},
+                   "kstreams": {"label": "Kafka Streams", "skipped": "no java on PATH"}}}}
+    [(_, figure, _)] = [row for row in targets(results)
+                        if row[0].startswith("memory per open group")]
+    assert figure == "410 bytes; end to end: Flink SQL 1,234"

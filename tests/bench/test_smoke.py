@@ -1,8 +1,9 @@
 """The benchmark harness at toy sizes, so ``make bench`` cannot rot between runs.
 
-The end-to-end peers other than arrowagg (Quix Streams, Bytewax, Denormalized) are left
-out: each needs an interpreter of its own, which only ``make bench`` installs; arrowagg
-runs the peers' path (its own process, the output checked against DuckDB). The plot needs
+The end-to-end peers other than arrowagg (Quix Streams, Bytewax, Denormalized, Flink SQL,
+Kafka Streams) are left out: each needs an interpreter or a JVM build of its own, which
+only ``make bench`` installs; arrowagg runs the peers' path (its own process, the output
+checked against DuckDB), and the memory-per-group runs of that path. The plot needs
 matplotlib, also a bench-only dependency, so the smoke run writes the tables without it.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench import __main__ as harness
-from bench import floor, kernel, payloads
+from bench import floor, kernel, kernel_floor, payloads
 from bench.sizes import SMOKE, KernelCase
 
 
@@ -58,7 +59,7 @@ def test_the_harness_writes_figures_for_every_peer(
     assert results["sizes"] == "smoke"
     assert {"cores", "memory_gb", "versions"} <= set(results["machine"])
     for case in results["kernel"]:
-        assert set(case["peers"]) == set(kernel.PEERS)
+        assert set(case["peers"]) == {*kernel.PEERS, *kernel_floor.SHAPES}
     assert len(results["kernel"]) == len(SMOKE.kernel_cases) * len(payloads.ENCODINGS)
     for readers in results["e2e"]["encodings"].values():
         assert {"daemon", "raw_daemon_batches", "raw_small_batches", "overlapped",
@@ -70,13 +71,21 @@ def test_the_harness_writes_figures_for_every_peer(
     assert ours["results"] == ours["windows"] * 200
     assert 0 < ours["startup_s"] < ours["launch_to_last_s"]
     assert ours["rows_per_s"] > ours["launch_to_last_rows_per_s"] > 0
-    assert {"quix", "bytewax", "bytewax_json", "denormalized"} <= set(peers)
+    assert set(peers) == set(SMOKE.peers)
     assert all("skipped" in peers[name] for name in peers if name != "arrowagg")
+    [(name, memory)] = results["e2e"]["peer_memory"].items()  # arrowagg's, checked right
+    assert name == "arrowagg"
+    assert [run["groups"] for run in memory["runs"]] == list(SMOKE.peer_memory_groups)
+    assert all(run["steady_rss_mb"] > 0 for run in memory["runs"])
+    assert "bytes_per_group" in memory
     assert len(results["memory"]["fixed"]) == len(SMOKE.memory_bytes)
     assert all(r["peak_rss_mb"] > 0 for r in results["memory"]["fixed"])
     sweep = results["memory"]["sweep"]
     assert [r["groups"] for r in sweep] == list(SMOKE.memory_groups)
     assert all(r["bytes"] >= SMOKE.memory_sweep_bytes for r in sweep)
+    running = results["latency"].pop("running")
+    assert running["provisional_messages"] > 0
+    assert running["p99_ms"] >= running["p50_ms"] > 0
     for run in results["latency"].values():
         assert run["windows"] > 0
         assert run["p99_ms"] >= run["p50_ms"] > 0
@@ -87,5 +96,6 @@ def test_the_harness_writes_figures_for_every_peer(
     assert all((r["repartition_bytes"] > 0) == (r["mode"] == "two stages") for r in runs)
     text = doc.read_text()
     for heading in ("## Targets", "Aggregation kernel", "End to end", "The whole job against",
-                    "Memory", "Latency", "Scale-out"):
+                    "Memory per open group, end to end", "Memory", "Latency", "Early results",
+                    "Scale-out"):
         assert heading in text

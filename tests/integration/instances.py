@@ -50,13 +50,16 @@ class Instances:
 
     def __init__(self, tmp: Path, bootstrap: str, topics: dict[str, str], *,
                  repartitions: int | None = REPARTITIONS,
-                 consumer: dict[str, Any] | None = None) -> None:
+                 consumer: dict[str, Any] | None = None,
+                 sections: dict[str, dict[str, Any]] | None = None) -> None:
         """``repartitions``: the scale-out's repartition partitions (None: no scale-out,
-        each instance aggregates the input partitions it owns)."""
+        each instance aggregates the input partitions it owns); ``sections``: merged into
+        the configuration's sections (``window``, ``aggregation``, ...)."""
         self._tmp = tmp
         self._bootstrap = bootstrap
         self._topics = topics
         self._repartitions = repartitions
+        self._sections = sections or {}
         self._consumer = {**SESSION, **(consumer or {})}
         self.running: dict[str, subprocess.Popen[bytes]] = {}
         self.exits: list[int] = []
@@ -81,6 +84,8 @@ class Instances:
         if self._repartitions is not None:
             data["scale_out"] = {"repartition_topic": topics["repartition"],
                                  "partitions": self._repartitions}
+        for section, values in self._sections.items():
+            data[section] = {**data.get(section, {}), **values}
         path = self._tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump(data))
         return path
@@ -139,14 +144,17 @@ def make_topics(topic_factory: TopicFactory) -> dict[str, str]:
 
 
 def wait_all_windows(bootstrap: str, topics: dict[str, str],
-                     data: list[tuple[int, pa.Table]], *, parts: int = REPARTITIONS) -> None:
+                     data: list[tuple[int, pa.Table]], *, parts: int = REPARTITIONS,
+                     size_ms: int = SIZE_MS, step_ms: int | None = None) -> None:
     """Until stage 1 has committed the whole input and every part of every window sent
-    has ended on the output topic."""
+    has ended on the output topic (``step_ms``: hopping windows' step)."""
+    step_ms = step_ms or size_ms
     wait_until(lambda: committed_offsets(bootstrap, topics["group"], topics["input"])
                == end_offsets(bootstrap, topics["input"]),
                timeout_s=120, what="every input record committed by stage 1")
-    windows_sent = pl.concat([pl.DataFrame(t) for _, t in data]).select(
-        (pl.col("ts").dt.epoch("ms") // SIZE_MS).n_unique()).item()
+    steps = pl.concat([pl.DataFrame(t) for _, t in data]).select(
+        pl.col("ts").dt.epoch("ms") // step_ms).to_series()
+    windows_sent = pl.concat([steps - k for k in range(size_ms // step_ms)]).n_unique()
     wait_until(lambda: end_markers(bootstrap, topics["output"]) >= windows_sent * parts,
                timeout_s=120, what="every part of every window ended")
 

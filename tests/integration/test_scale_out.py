@@ -1,8 +1,8 @@
-"""The two-stage scale-out through Apache Kafka: several identical daemon processes,
-workers keyed by worker (every partition holds every group), SIGKILLs and restarts of
-random instances and a scale from 1 to 3 to 2 instances while the workers publish. The
-output must equal a DuckDB GROUP BY over everything sent, with exactly one row per
-(window, keys) and every window closed by all of its end-of-window markers."""
+"""The two-stage scale-out through Apache Kafka, where the instances and partitions
+change shape: more instances than input partitions, and a partition added while running.
+And the README's example as written: three identical instances on one host, each on
+an HTTP port of its own. (Instances coming and going, SIGKILLs, a stalled instance and a
+zombie, in every window kind and late policy: test_scale_out_matrix.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
@@ -46,84 +45,11 @@ from tests.integration.instances import (
     make_topics,
     owners,
     wait_all_windows,
-    worker_batches,
 )
 from wire.input import decode_ipc_stream
 from wire.repartition import HEADER_KIND, KIND_PROGRESS, decode_progress
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-def test_instances_come_and_go_and_every_window_is_whole_and_exact(
-    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
-) -> None:
-    topics = make_topics(topic_factory)
-    rng = random.Random(14)
-    data = worker_batches(rng)
-    instances = Instances(tmp_path, bootstrap, topics)
-    publisher = DurablePublisher(bootstrap, topics["input"])
-    kills = 0
-    try:
-        instances.start("a")  # 1 instance ...
-        publishing = PacedPublishing(publisher, data, pause_s=0.02)
-        time.sleep(4)
-        instances.start("b")  # ... 3 ...
-        instances.start("c")
-        for _ in range(3):  # random SIGKILLs of random instances, each started again
-            time.sleep(rng.uniform(2, 4))
-            victim = rng.choice(sorted(instances.running))
-            instances.stop(victim, signal.SIGKILL)
-            kills += 1
-            time.sleep(rng.uniform(0.5, 2))
-            instances.start(victim)
-        time.sleep(2)
-        instances.stop("c", signal.SIGTERM)  # ... 2
-        publishing.finish()
-        publisher.flush()
-        wait_all_windows(bootstrap, topics, data)
-        instances.stop_all()
-    finally:
-        instances.kill_all()
-    figures = check_output(bootstrap, topics, data, [instances.log(n) for n in ("a", "b", "c")])
-    write_figures("scale_out", {"instances": "1 -> 3 -> 2", "sigkills": kills,
-                                "exit_codes": instances.exits, **figures})
-
-
-def test_a_stalled_instance_and_a_fenced_zombie_emit_no_duplicate_and_no_early_final(
-    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
-) -> None:
-    topics = make_topics(topic_factory)
-    rng = random.Random(15)
-    data = worker_batches(rng)
-    instances = Instances(tmp_path, bootstrap, topics)
-    publisher = DurablePublisher(bootstrap, topics["input"])
-    try:
-        instances.start("a")
-        instances.start("b")
-        publishing = PacedPublishing(publisher, data, pause_s=0.02)
-        time.sleep(3)
-        stalled = instances.running["b"]
-        stalled.send_signal(signal.SIGSTOP)  # mid-stream, maybe mid-transaction
-        time.sleep(12)  # past max.poll.interval.ms (8 s): a takes b's partitions over
-        stalled.send_signal(signal.SIGCONT)  # b wakes up and tries to go on
-        time.sleep(3)
-        instances.start("zombie-maker", instance_id="a")  # a second "a": fences the first
-        fenced = instances.running.pop("a")
-        fenced_exit = fenced.wait(60)
-        publishing.finish()
-        publisher.flush()
-        wait_all_windows(bootstrap, topics, data)
-        instances.stop_all()
-    finally:
-        instances.kill_all()
-    fenced_line = instances.log("a").read_text().strip().splitlines()[-1]
-    figures = check_output(bootstrap, topics, data,
-                           [instances.log(n) for n in ("a", "b", "zombie-maker")])
-    write_figures("scale_out_zombies", {"stalled_s": 12, "fenced_exit": fenced_exit,
-                                        "fenced_last_line": fenced_line,
-                                        "exit_codes": instances.exits, **figures})
-    assert fenced_exit == 1
-    assert "fenced" in fenced_line
-
 
 def test_more_instances_than_input_partitions_and_a_partition_added_while_running(
     bootstrap: str, admin: AdminClient, topic_factory: TopicFactory, tmp_path: Path,

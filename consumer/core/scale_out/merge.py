@@ -35,12 +35,16 @@ from wire.repartition import KIND_VALUES, Partial, ProgressRecord
 
 @dataclass(frozen=True)
 class EarlyPart:
-    """What this partition's part of a window sent in early revisions so far."""
+    """What this partition's part of a window sent before it closed: its revisions so
+    far, and what the early ones (the memory budget: deltas, the part started afresh)
+    held, for its end-of-window marker. Provisional revisions (early results) take a
+    number and hold nothing a subscriber adds up."""
 
     next_revision: int = 0
     messages: int = 0
     rows: int = 0
     input_rows: int = 0
+    emptied: int = 0  # 1: an early revision took rows out of the part (it closes as delta)
 
 
 @dataclass(frozen=True)
@@ -94,12 +98,15 @@ class _Reports:
 class MergeEngine:
     def __init__(self, partition: PartitionKey, inputs: set[PartitionKey], *,
                  committed: int | None, metadata: CommitMetadata | None,
-                 merge_every: int, revise_within_ms: int | None = None) -> None:
+                 merge_every: int, revise_within_ms: int | None = None,
+                 provisional: bool = False) -> None:
         """``revise_within_ms`` (window.late: revise): keep emitted windows this long past
-        the floor and revise them with the partials that come for them."""
+        the floor and revise them with the partials that come for them. ``provisional``:
+        note changed groups, for early results."""
         self.partition = partition
         self._reports = _Reports(set(inputs))
         self._merge_every = merge_every
+        self._track_changes = provisional
         self._plan_text: str | None = None
         self._store: WindowStore | None = None
         self._aggregator: PartialAggregator | None = None
@@ -173,7 +180,8 @@ class MergeEngine:
                 raise ValueError("the aggregation plan changed while windows were open")
             self._plan_text = plan_text
             self._aggregator = _aggregator(plan_text)
-            self._store = WindowStore(self._aggregator, merge_every=self._merge_every)
+            self._store = WindowStore(self._aggregator, merge_every=self._merge_every,
+                                      track_changes=self._track_changes)
             if self._kept is not None:
                 self._kept.use(self._aggregator)
         return self._store, self._aggregator
@@ -223,10 +231,11 @@ class MergeEngine:
 
     def _final(self, start: int, window: ClosedWindow | None) -> ClosedWindow | None:
         """The closing revision: after early ones, the rows since the last of them."""
-        revision = self._early.get(start, EarlyPart()).next_revision
-        if window is None or revision == 0:
+        early = self._early.get(start, EarlyPart())
+        if window is None or early.next_revision == 0:
             return window
-        return replace(window, revision=revision, kind="delta")
+        return replace(window, revision=early.next_revision,
+                       kind="delta" if early.emptied else "full")
 
     def emit_early(self) -> list[Completed]:
         """Every window held here as a non-final revision of this part, started afresh
@@ -244,13 +253,26 @@ class MergeEngine:
         self._offsets.mark_all_done()
         return early
 
+    def provisional(self) -> list[ClosedWindow]:
+        """Early results: the changed groups of every window merged here, as of now, each
+        this part's next (provisional) revision; the windows stay."""
+        out = []
+        for window in [] if self._store is None else self._store.provisional():
+            early = self._early.get(window.start_ms, EarlyPart())
+            self._early[window.start_ms] = replace(early,
+                                                   next_revision=early.next_revision + 1)
+            out.append(replace(window, final=False, revision=early.next_revision,
+                               kind="update"))
+        return out
+
     def sent(self, start: int, *, messages: int, rows: int, input_rows: int,
              final: bool) -> EarlyPart:
-        """Record what a revision of this part sent; the totals so far (once final, of
-        the whole part, for its end-of-window marker)."""
+        """Record what a revision of this part sent (final, or an early delta); the
+        totals so far (once final, of the whole part, for its end-of-window marker)."""
         before = self._early.pop(start, EarlyPart())
         total = EarlyPart(before.next_revision + 1, before.messages + messages,
-                          before.rows + rows, before.input_rows + input_rows)
+                          before.rows + rows, before.input_rows + input_rows,
+                          before.emptied or int(not final))
         if not final:
             self._early[start] = total
         return total
@@ -265,7 +287,7 @@ class MergeEngine:
                                            retention=retention)
         if point is None or not self._early:
             return point
-        early = tuple((start, e.next_revision, e.messages, e.rows, e.input_rows)
+        early = tuple((start, e.next_revision, e.messages, e.rows, e.input_rows, e.emptied)
                       for start, e in sorted(self._early.items()))
         return replace(point, metadata=replace(point.metadata, early=early))
 

@@ -75,7 +75,7 @@ class TwoStagePipeline:
 
     def flush(self, now_ms: int, *, force: bool = False) -> Flush:
         one = self._one.flush(now_ms, force=force)
-        records, offsets, windows = self._two.flush()
+        records, offsets, windows = self._two.flush(now_ms)
         self._last = (one, len(records))
         # Stage 2's offsets move with progress records that emit nothing: commit them at
         # the commit interval too, or an instance with no input partition never would.

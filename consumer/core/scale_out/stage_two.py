@@ -35,7 +35,8 @@ class StageTwo:
     def __init__(self, routes: OutputSpec, *, partitions: int, inputs: set[PartitionKey],
                  merge_every: int, counters: Counters,
                  budget: tuple[int, int] | None = None,
-                 revise_within_ms: int | None = None) -> None:
+                 revise_within_ms: int | None = None, emit_every_ms: int | None = None,
+                 ) -> None:
         """``partitions``: the repartition topic's partition count (n in "part k of n");
         ``inputs``: the input partitions known at start (more are learnt from reports);
         ``budget``: the groups and buffered values stage 2 may hold (input.max_groups,
@@ -47,6 +48,8 @@ class StageTwo:
         self.counters = counters
         self._budget = budget
         self._revise_within_ms = revise_within_ms
+        self._emit_every_ms = emit_every_ms  # early results this often (None: none)
+        self._last_provisional_ms: int | None = None
         self._engines: dict[PartitionKey, MergeEngine] = {}
         self._pending: list[OutputRecord] = []
 
@@ -57,7 +60,8 @@ class StageTwo:
         self._engines[partition] = MergeEngine(partition, self._inputs, committed=committed,
                                                metadata=metadata,
                                                merge_every=self._merge_every,
-                                               revise_within_ms=self._revise_within_ms)
+                                               revise_within_ms=self._revise_within_ms,
+                                               provisional=self._emit_every_ms is not None)
 
     def revoke(self, partition: PartitionKey) -> None:
         self._engines.pop(partition, None)
@@ -96,16 +100,19 @@ class StageTwo:
 
     # -- records out ---------------------------------------------------------------------
 
-    def flush(self) -> tuple[list[OutputRecord], dict[PartitionKey, CommitPoint],
-                             list[ClosedWindow]]:
+    def flush(self, now_ms: int) -> tuple[list[OutputRecord], dict[PartitionKey, CommitPoint],
+                                          list[ClosedWindow]]:
         """Complete windows' records (added to what waits for a commit), the commit points
         of the repartition partitions, and the windows completed."""
         windows: list[ClosedWindow] = []
         over = self._over_budget()
+        provisional = self._provisional_due(now_ms)
         for _, engine in sorted(self._engines.items()):
             # Revisions first: their partials came before this close, which may end
             # their windows' retention.
             self._pending += [r for w in engine.revisions() for r in self._update(engine, w)]
+            self._pending += [r for w in (engine.provisional() if provisional else [])
+                              for r in self._update(engine, w)]
             for done in engine.emit_early() if over else []:
                 self._pending += self._part_records(engine, done)
             for done in engine.close_due():
@@ -120,6 +127,13 @@ class StageTwo:
 
     def committed(self, records: int) -> None:
         self._pending = self._pending[records:]
+
+    def _provisional_due(self, now_ms: int) -> bool:
+        every, last = self._emit_every_ms, self._last_provisional_ms
+        if every is None or (last is not None and now_ms - last < every):
+            return False
+        self._last_provisional_ms = now_ms
+        return True
 
     def _over_budget(self) -> bool:
         if self._budget is None:
@@ -161,8 +175,9 @@ class StageTwo:
                 for m in [*data, end]]
 
     def _update(self, engine: MergeEngine, window: ClosedWindow) -> list[OutputRecord]:
-        """A revision of this part of a window already out (window.late: revise): the
-        changed groups' results, numbered on per part."""
+        """The changed groups' results as this part's next revision of a window: of one
+        already out (window.late: revise), or a provisional one of one still open (early
+        results, not final)."""
         routes = self._routes
         messages = encode_window(results_frame(window, routes), start_ms=window.start_ms,
                                  end_ms=window.end_ms,
@@ -171,7 +186,7 @@ class StageTwo:
                                  max_bytes=routes.max_message_bytes,
                                  part=(engine.partition[1] + 1, self._parts),
                                  revision=window.revision, kind=window.kind,
-                                 keys=engine.keys())
+                                 final=window.final, keys=engine.keys())
         return [OutputRecord(routes.output_topic, m.key, m.value, m.headers) for m in messages]
 
     def _late_records(self, late: ClosedWindow) -> list[OutputRecord]:

@@ -35,6 +35,9 @@ class WindowEngine(Protocol):
             now_ms: int) -> pl.DataFrame | None: ...
     def close_due(self, now_ms: int) -> list[ClosedWindow]: ...
     def emit_early(self, now_ms: int) -> list[ClosedWindow]: ...
+    def provisional(self, now_ms: int) -> list[ClosedWindow]:
+        """Early results (window.emit_every_ms): open windows' changed groups as of now,
+        as provisional revisions; the windows stay open."""
     def commit_points(self) -> dict[PartitionKey, CommitPoint] | None:
         """The offsets to commit, by partition; None: no commit may happen now (output
         is held back, see TimeWindowEngine)."""
@@ -133,6 +136,9 @@ class UnplannedEngine:
         return []
 
     def close_due(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
+        return []
+
+    def provisional(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
         return []
 
     def emit_early(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002

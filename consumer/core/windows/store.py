@@ -47,6 +47,7 @@ class _Window:
     state: _Part | None = None
     pending: list[_Part] = field(default_factory=list)
     values: list[pl.DataFrame] = field(default_factory=list)  # buffered rows, if any
+    changed: list[pl.DataFrame] = field(default_factory=list)  # groups since a provisional
 
     def parts(self) -> list[_Part]:
         """In arrival order (first/last depend on it)."""
@@ -58,12 +59,14 @@ class _Window:
 
 class WindowStore:
     def __init__(self, aggregator: PartialAggregator, *, merge_every: int,
-                 finalize: bool = True) -> None:
+                 finalize: bool = True, track_changes: bool = False) -> None:
         """``finalize``: closed windows hold results; otherwise they hold the merged
-        partial state itself (stage 1 of the scale-out sends it on to be merged)."""
+        partial state itself (stage 1 of the scale-out sends it on to be merged).
+        ``track_changes``: note the groups each batch changes, for ``provisional``."""
         self._aggregator = aggregator
         self._merge_every = merge_every
         self._finalize = finalize
+        self._track_changes = track_changes
         self._windows: dict[int, _Window] = {}  # by start
         self._values = ValueBuffer.for_plan(aggregator.plan, aggregator.group_by)
 
@@ -91,6 +94,8 @@ class WindowStore:
             window = self._windows.setdefault(start, _Window(ends[start]))
             window.pending.append(_Part(frame, grouped))
             window.values += buffered.get(start, [])
+            if self._track_changes:
+                window.changed.append(self._aggregator.group_keys(frame))
             if self._merge_due(window):
                 window.state = _merged(self._aggregator, window.parts())
                 window.pending = []
@@ -185,6 +190,17 @@ class WindowStore:
             results = self._values.attach(results, [_only(v, groups) for v in window.values])
         result = _closed(start, window.end, results)
         return replace(result, input_rows=int(state[ROWS].sum()))
+
+    def provisional(self) -> list[ClosedWindow]:
+        """The results, as of now, of the groups each window's batches changed since the
+        last call (early results; the windows stay open and unchanged)."""
+        out = []
+        for start, window in sorted(self._windows.items()):
+            if window.changed:
+                groups = pl.concat(window.changed).unique(maintain_order=True)
+                window.changed = []
+                out.append(self.peek(start, groups))
+        return out
 
     def discard(self) -> None:
         """Forget every open window (after an aborted transaction or a revoke)."""

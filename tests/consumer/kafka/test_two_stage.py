@@ -268,3 +268,34 @@ def test_late_rows_revise_the_windows_stage_two_emitted_and_later_ones_are_late(
     late_rows = sum(pl.DataFrame(decode_ipc_stream(m.value())).height
                     for m in broker.topics[LATE][0])
     assert late_rows == too_late.num_rows
+
+
+def test_early_results_through_both_stages_grow_to_the_final_window() -> None:
+    """window.emit_every_ms with the scale-out: stage 1 sends its state on that often,
+    stage 2 tells each part's changed groups as provisional revisions; a group's count
+    only grows from one to the next, up to the final window, which equals the reference."""
+    broker, sent = run_two_instances({"window": {"emit_every_ms": 200}})
+    messages = [decode_message(m.value(), m.headers()) for m in broker.topics[SINK][0]]
+    provisional = [m for m in messages if isinstance(m, OutputWindow) and not m.final]
+    assert provisional
+    assert all(m.kind == "update" and m.part is not None for m in provisional)
+    final = assembled(broker)
+    rows = pl.concat([pl.DataFrame(t) for t in sent])
+    expected = rows.group_by(
+        (pl.col("ts").dt.epoch("ms") // SIZE_MS * SIZE_MS).alias("window_start"), "site",
+    ).agg(pl.col("reading").sum(), pl.col("reading_max").max(),
+          pl.len().cast(pl.Int64).alias("row_count"))
+    columns = ["window_start", "site", "reading", "reading_max", "row_count"]
+    assert_frame_equal(final.select(columns).sort("window_start", "site"),
+                       expected.select(columns).sort("window_start", "site"),
+                       check_exact=False, rel_tol=1e-9)
+    counts: dict[tuple[int, str], list[int]] = {}
+    for message in provisional:
+        for site, count in message.frame.select(pl.col("site").cast(pl.String),
+                                                "row_count").iter_rows():
+            counts.setdefault((message.start_ms, site), []).append(count)
+    finals = {(int(s), str(k)): int(n) for s, k, n in
+              final.select("window_start", "site", "row_count").iter_rows()}
+    for group, seen in counts.items():
+        assert seen == sorted(seen), f"{group}: a provisional count went down: {seen}"
+        assert seen[-1] <= finals[group]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import polars as pl
 
@@ -17,6 +18,7 @@ from consumer.core.types import (
     MessageRef,
     PartitionKey,
 )
+from consumer.core.windows.revisions import RevisionNumbers
 from consumer.core.windows.store import WindowStore
 
 
@@ -29,9 +31,12 @@ class CountWindowEngine:
     """
 
     def __init__(self, plan: AggregationPlan, *, batches: int | None, rows: int | None,
-                 idle_timeout_ms: int, merge_every: int) -> None:
+                 idle_timeout_ms: int, merge_every: int, provisional: bool = False) -> None:
+        """``provisional``: note changed groups, for early results (``provisional``)."""
         self._aggregator = PartialAggregator(plan, (WINDOW_START, *plan.keys))
-        self._store = WindowStore(self._aggregator, merge_every=merge_every)
+        self._store = WindowStore(self._aggregator, merge_every=merge_every,
+                                  track_changes=provisional)
+        self._numbers = RevisionNumbers()
         self._offsets = OffsetTracker()
         self._max_batches = batches
         self._max_rows = rows
@@ -106,21 +111,26 @@ class CountWindowEngine:
     def _close_current(self, now_ms: int) -> None:
         # Several count windows can close within one millisecond: keep their time spans
         # disjoint and non-empty so each window has its own [start, end).
-        opened = self._opened_ms if self._opened_ms is not None else now_ms
-        start_ms = max(opened, self._last_end_ms)
-        end_ms = max(now_ms, start_ms + 1)
+        start_ms, end_ms = self._bounds(now_ms)
         self._last_end_ms = end_ms
-        for window in self._store.pop_all():
-            frame = window.frame.with_columns(
-                pl.lit(start_ms, pl.Int64).cast(pl.Datetime("ms", "UTC")).alias(WINDOW_START),
-                pl.lit(end_ms, pl.Int64).cast(pl.Datetime("ms", "UTC")).alias(WINDOW_END),
-            )
-            self._ready.append(ClosedWindow(start_ms, end_ms, frame, window.input_rows))
+        windows = [_at(w, start_ms, end_ms) for w in self._store.pop_all()]
+        self._ready += self._numbers.closing(windows)
         self._ready_through = self._window_id
         self._window_id += 1
         self._opened_ms = None
         self._batches = 0
         self._rows = 0
+
+    def _bounds(self, now_ms: int) -> tuple[int, int]:
+        opened = self._opened_ms if self._opened_ms is not None else now_ms
+        start_ms = max(opened, self._last_end_ms)
+        return start_ms, max(now_ms, start_ms + 1)
+
+    def provisional(self, now_ms: int) -> list[ClosedWindow]:
+        """Early results: the open window's changed groups as of now, ending now."""
+        start_ms, end_ms = self._bounds(now_ms)
+        windows = [_at(w, start_ms, end_ms) for w in self._store.provisional()]
+        return self._numbers.provisional(windows)
 
     def emit_early(self, now_ms: int) -> list[ClosedWindow]:
         """Over the memory budget a count window simply closes early."""
@@ -169,3 +179,11 @@ class CountWindowEngine:
 
     def open_window_count(self) -> int:
         return 1 if self._batches else 0
+
+
+def _at(window: ClosedWindow, start_ms: int, end_ms: int) -> ClosedWindow:
+    """A count window's results (numbered by the window id) at its processing times."""
+    frame = window.frame.with_columns(
+        pl.lit(start_ms, pl.Int64).cast(pl.Datetime("ms", "UTC")).alias(WINDOW_START),
+        pl.lit(end_ms, pl.Int64).cast(pl.Datetime("ms", "UTC")).alias(WINDOW_END))
+    return replace(window, start_ms=start_ms, end_ms=end_ms, frame=frame)

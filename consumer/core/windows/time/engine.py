@@ -12,7 +12,6 @@ within it revise them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import polars as pl
 
@@ -39,12 +38,12 @@ from consumer.core.windows.frontier import (
     read_before_restart,
     settle_retention,
 )
+from consumer.core.windows.revisions import RevisionNumbers
 from consumer.core.windows.store import Taken, WindowStore
 from consumer.core.windows.time.emitted_rows import Bounds, emitted_bounds, mark_messages, sort_rows
 from consumer.core.windows.time.late_partials import LatePartials
 from consumer.core.windows.time.retained import RetainedWindows
 from consumer.core.windows.watermark import WatermarkTracker
-from wire.output import RevisionKind
 
 _EVENT_MS = "__event_ms"
 
@@ -54,12 +53,14 @@ class TimeWindowEngine:
         self, plan: AggregationPlan, spec: WindowSpec, *, event_time: bool,
         time_dtype: pl.DataType | None, allowed_lateness_ms: int, idle_timeout_ms: int,
         merge_every: int, partials: bool = False, revise_within_ms: int | None = None,
+        provisional: bool = False,
     ) -> None:
         """``partials``: closed windows hold their merged partial state instead of the
         results (stage 1 of the scale-out; consumer/core/scale_out/stage_one.py).
         ``revise_within_ms``: keep emitted windows this long past their end (event time,
         against the watermark) and revise them with late rows (None: late rows are late);
-        with ``partials``, send such late rows on as partial states (late_partials.py)."""
+        with ``partials``, send such late rows on as partial states (late_partials.py).
+        ``provisional``: note changed groups, for early results (``provisional``)."""
         if event_time and (plan.time_column is None or time_dtype is None):
             raise ValueError("event-time windows need the plan's time column and its dtype")
         if revise_within_ms is not None and not event_time:
@@ -69,8 +70,12 @@ class TimeWindowEngine:
         self._event_time = event_time
         self._time_dtype = time_dtype
         self._aggregator = PartialAggregator(plan, (WINDOW_START, *plan.keys))
+        self._partials = partials
+        # Ends of windows stage 1 sent on while open (early results): they hold no state
+        # here, but are open until closed, by the watermark or by all input going idle.
+        self._sent_open: set[int] = set()
         self._store = WindowStore(self._aggregator, merge_every=merge_every,
-                                  finalize=not partials)
+                                  finalize=not partials, track_changes=provisional)
         self._offsets = OffsetTracker()
         self._watermarks = WatermarkTracker(
             allowed_lateness_ms=allowed_lateness_ms, idle_timeout_ms=idle_timeout_ms)
@@ -78,7 +83,7 @@ class TimeWindowEngine:
         # The furthest this instance has closed windows (or a restored commit had): the
         # frontier of a partition that arrives with no commit of its own.
         self._closed_through: int | None = None
-        self._revisions: dict[int, int] = {}  # window start -> next revision number
+        self._numbers = RevisionNumbers()
         self._revise_within_ms = revise_within_ms
         revising = revise_within_ms is not None
         self._retained = RetainedWindows(plan, merge_every=merge_every) \
@@ -244,8 +249,10 @@ class TimeWindowEngine:
             # Nothing is coming: close every open window rather than wait forever. Event
             # time stands still, so kept windows stay kept.
             closed = self._closed(self._store.take(sorted(self._store.open_windows())))
-            if closed:
-                self._advance(max(w.end_ms for w in closed))
+            ends = [*(w.end_ms for w in closed), *self._sent_open]
+            if ends:  # the windows sent on while open count: they are past too
+                self._advance(max(ends))
+            self._sent_open.clear()
             return closed
         if watermark.value_ms is None:
             return []
@@ -257,6 +264,7 @@ class TimeWindowEngine:
         # again only when that partition's replay has passed them.
         closed = self._closed(self._store.take_closed(through_ms))
         self._advance(through_ms)
+        self._sent_open = {end for end in self._sent_open if end > through_ms}
         if self._retained is not None and self._revise_within_ms is not None \
                 and not self._holding():
             # Held revisions keep their windows (and no commit happens meanwhile).
@@ -264,7 +272,7 @@ class TimeWindowEngine:
         return closed
 
     def _closed(self, taken: Taken) -> list[ClosedWindow]:
-        closed = self._revised(self._store.results(taken), final=True)
+        closed = self._numbers.closing(self._store.results(taken))
         if self._retained is not None and taken.state is not None:
             self._retained.keep(taken, self._aggregator.export_state(taken.state),
                                 {w.start_ms: w.revision for w in closed})
@@ -316,7 +324,9 @@ class TimeWindowEngine:
         groups held stay within the memory budget; all consumed input is then emitted.
         Kept windows (late: revise) go first: their pending revisions out, their state
         dropped, and later rows of them are late."""
-        early = self._revised(self._store.pop_all(), final=False)
+        early = self._numbers.early(self._store.pop_all())
+        if self._partials:
+            self._sent_open.update(w.end_ms for w in early)
         if self._late_partials is not None:
             early += self._late_partials.take()
         if self._retained is not None:
@@ -327,16 +337,17 @@ class TimeWindowEngine:
         self._offsets.mark_all_done()
         return early
 
-    def _revised(self, windows: list[ClosedWindow], *, final: bool) -> list[ClosedWindow]:
-        out = []
-        for window in windows:
-            revision = (self._revisions.pop(window.start_ms, 0) if final
-                        else self._revisions.get(window.start_ms, 0))
-            if not final:
-                self._revisions[window.start_ms] = revision + 1
-            kind: RevisionKind = "full" if final and revision == 0 else "delta"
-            out.append(replace(window, final=final, revision=revision, kind=kind))
-        return out
+
+    def provisional(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
+        """Early results (window.emit_every_ms): each open window's changed groups as of
+        now, the windows unchanged. Stage 1 of the scale-out sends its whole state on
+        instead (stage 2 has the results), and starts its windows afresh."""
+        if self._partials:
+            early = self._store.pop_all()
+            self._sent_open.update(w.end_ms for w in early)
+            self._offsets.mark_all_done()
+            return early
+        return self._numbers.provisional(self._store.provisional())
 
     def commit_points(self) -> dict[PartitionKey, CommitPoint] | None:
         """None while late rows wait for their revision (close_due emits it, unless a

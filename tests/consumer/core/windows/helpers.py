@@ -50,11 +50,12 @@ def frame(rows: Sequence[Row], *, with_ts: bool = True) -> pl.DataFrame:
 
 
 def time_engine(*, spec: WindowSpec | None = None, lateness_ms: int = 0,
-                idle_timeout_ms: int = 60_000, merge_every: int = 2) -> TimeWindowEngine:
+                idle_timeout_ms: int = 60_000, merge_every: int = 2,
+                provisional: bool = False) -> TimeWindowEngine:
     return TimeWindowEngine(
         EVENT_PLAN, spec or WindowSpec.tumbling(1_000), event_time=True, time_dtype=UTC_MS,
         allowed_lateness_ms=lateness_ms, idle_timeout_ms=idle_timeout_ms,
-        merge_every=merge_every,
+        merge_every=merge_every, provisional=provisional,
     )
 
 
@@ -66,9 +67,11 @@ def processing_engine(*, size_ms: int = 1_000, merge_every: int = 2) -> TimeWind
 
 
 def count_engine(*, batches: int | None = None, rows: int | None = None,
-                 idle_timeout_ms: int = 60_000, merge_every: int = 2) -> CountWindowEngine:
+                 idle_timeout_ms: int = 60_000, merge_every: int = 2,
+                 provisional: bool = False) -> CountWindowEngine:
     return CountWindowEngine(EVENT_PLAN, batches=batches, rows=rows,
-                             idle_timeout_ms=idle_timeout_ms, merge_every=merge_every)
+                             idle_timeout_ms=idle_timeout_ms, merge_every=merge_every,
+                             provisional=provisional)
 
 
 def ref(partition: tuple[str, int], offset: int, rows: Sequence[Row]) -> MessageRef:

@@ -1,0 +1,96 @@
+"""Early results through Apache Kafka (window.emit_every_ms), on one instance and with the
+scale-out: while a 10-second window is open, its changed groups come out every second as
+provisional revisions (final: false, kind: update) with their whole current values; a
+group's running value only grows (its row count and its sum of positive readings), up
+to the window's closing revision, which equals DuckDB over every row."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from polars.testing import assert_frame_equal
+
+from consumer.kafka.tail import read_output
+from tests.conftest import TopicFactory
+from tests.integration.data import KEYS, T0, reference, sensor_table
+from tests.integration.faults import DurablePublisher, PacedPublishing, write_figures
+from tests.integration.instances import Instances, make_topics, wait_all_windows
+from wire.output import OutputWindow
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+WINDOW_MS = 10_000
+BATCH_SPAN_MS = 400  # event time a batch covers; one batch every 0.1 s of wall time
+BATCHES = 60  # 24 s of event time: windows 0 and 1 whole, and window 2 begun
+
+
+def paced_input(rng: random.Random) -> list[tuple[int, pa.Table]]:
+    """Event time moving on 4x the wall clock's pace, every partition in step: a window
+    stays open ~2.5 s of processing time, long enough for a few provisional revisions."""
+    return [(partition, sensor_table(rng, 40, T0 + step * BATCH_SPAN_MS, BATCH_SPAN_MS))
+            for step in range(BATCHES) for partition in range(4)]
+
+
+@pytest.mark.parametrize("scale_out", [False, True], ids=["one-instance", "scale-out"])
+def test_provisional_revisions_grow_to_the_closing_one(
+    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path, scale_out: bool,
+) -> None:
+    topics = make_topics(topic_factory)
+    data = paced_input(random.Random(36))
+    sections = {"window": {"kind": "tumbling", "size_ms": WINDOW_MS, "emit_every_ms": 500,
+                           "allowed_lateness_ms": BATCH_SPAN_MS, "idle_timeout_ms": 2000}}
+    instances = Instances(tmp_path, bootstrap, topics, sections=sections,
+                          repartitions=3 if scale_out else None)
+    publisher = DurablePublisher(bootstrap, topics["input"])
+    try:
+        instances.start("a")
+        started = time.monotonic()
+        PacedPublishing(publisher, data, pause_s=0.025).finish()
+        publisher.flush()
+        if scale_out:
+            wait_all_windows(bootstrap, topics, data, parts=3, size_ms=WINDOW_MS)
+        else:
+            time.sleep(4)  # the idle timeout closes the last window
+        instances.stop_all()
+    finally:
+        instances.kill_all()
+    published_s = time.monotonic() - started
+    windows = list(read_output(bootstrap, topics["output"], idle_timeout_s=3.0))
+    provisional = [w for w in windows if not w.final]
+    final = pl.concat([w.frame for w in windows if w.final and w.kind != "update"])
+    expected = reference([t for _, t in data], WINDOW_MS)
+    window_keys = ["window_start", *KEYS]
+    got = final.with_columns(pl.col("window_start").dt.epoch("ms"),
+                             pl.col(KEYS).cast(pl.String)).drop("window_end")
+    assert_frame_equal(got.select(expected.columns).sort(window_keys), expected,
+                       check_exact=False, rel_tol=1e-9, check_dtypes=False)
+    running = growth(provisional, got)
+    write_figures(f"early_results_{'scale_out' if scale_out else 'one_instance'}", {
+        "windows": expected["window_start"].n_unique(), "published_s": round(published_s, 1),
+        "provisional_messages": len(provisional), **running})
+    assert len(provisional) >= 3
+    assert all(w.kind == "update" for w in provisional)
+    assert running["windows_with_provisional"] >= 2
+
+
+def growth(provisional: list[OutputWindow], final: pl.DataFrame) -> dict[str, int]:
+    """Every group's provisional row counts, in output order, only grow and end at or
+    below its final count; the figures of how many there were."""
+    seen: dict[tuple[int, ...], list[int]] = {}
+    for window in provisional:
+        frame = window.frame.with_columns(pl.col(KEYS).cast(pl.String))
+        for row in frame.select(*KEYS, "row_count").iter_rows():
+            seen.setdefault((window.start_ms, *row[:-1]), []).append(int(row[-1]))
+    finals = {(int(r[0]), *r[1:-1]): int(r[-1]) for r in final.select(
+        "window_start", *KEYS, "row_count").iter_rows()}
+    for group, counts in seen.items():
+        assert counts == sorted(counts), f"{group}: a provisional count went down: {counts}"
+        assert counts[-1] <= finals[group], f"{group}: {counts} past the final {finals[group]}"
+    return {"groups_with_provisional": len(seen),
+            "windows_with_provisional": len({g[0] for g in seen}),
+            "most_provisional_of_a_group": max((len(c) for c in seen.values()), default=0)}

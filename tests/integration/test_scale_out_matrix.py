@@ -1,0 +1,222 @@
+"""Scaling out costs no feature, through Apache Kafka: each cell of window kind x late
+policy runs with the scale-out, a plan mixing aggregates that merge with ones that need
+the window's values (median, quantile, n_unique, an expression), workers keyed by
+worker (every partition holds every group) and, while they publish, instances that come
+and go: 1 -> 3 instances, a SIGKILL and restart, an instance stalled past
+max.poll.interval.ms, a zombie fencing its elder, then 3 -> 2. With late: revise, late
+rows keep coming: some within revision_lateness_ms (they revise emitted windows), some
+beyond it (the late topic).
+
+Each cell: what a subscriber holds after applying every committed revision equals DuckDB
+over every (row, window) not sent to the late topic; one final row per (window, keys);
+every part of every window ended; no duplicate, nothing lost; every exit clean.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pytest
+from polars.testing import assert_frame_equal
+
+from consumer.kafka.tail import read_output
+from tests.conftest import TopicFactory
+from tests.integration.data import KEYS, T0, sensor_table
+from tests.integration.faults import (
+    DurablePublisher,
+    PacedPublishing,
+    read_topic,
+    write_figures,
+)
+from tests.integration.instances import (
+    INPUT_PARTITIONS,
+    SIZE_MS,
+    STEP_MS,
+    WORKERS,
+    Instances,
+    make_topics,
+    wait_all_windows,
+)
+from wire.input import decode_ipc_stream
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+STEPS = 100  # event time a cell's workers cover: 100 x 50 ms, 12 windows of 400 ms
+STALL_S = 10.0  # past max.poll.interval.ms (8 s)
+REVISION_LATENESS_MS = 3 * SIZE_MS
+AGGREGATION = {
+    "columns": {"power": "median", "δ_max": {"quantile": 0.9}, "error_count": "n_unique",
+                "row_id": "count"},
+    "expressions": {"positive": "pl.col('reading_sum').filter(pl.col('reading_sum') > 0)"
+                                ".sum()"},
+}
+STEPS_MS = {"tumbling": SIZE_MS, "hopping": SIZE_MS // 2}  # a window's step
+LATE: dict[str, dict[str, Any]] = {
+    "topic": {}, "revise": {"late": "revise", "revision_lateness_ms": REVISION_LATENESS_MS}}
+
+
+@dataclass(frozen=True)
+class Cell:
+    kind: str
+    late: str
+
+    @property
+    def sections(self) -> dict[str, dict[str, Any]]:
+        hopping = {"step_ms": self.step_ms} if self.kind == "hopping" else {}
+        window = {"kind": self.kind, "time": "event", "timestamp_column": "ts",
+                  "size_ms": SIZE_MS, "allowed_lateness_ms": SIZE_MS, "idle_timeout_ms": 3000,
+                  **hopping, **LATE[self.late]}
+        return {"window": window, "aggregation": AGGREGATION}
+
+    @property
+    def step_ms(self) -> int:
+        return STEPS_MS[self.kind]
+
+
+def numbered(table: pa.Table, first_id: int) -> pa.Table:
+    """The batch with a ``row_id`` column (counted by the plan), so that the rows the
+    daemon sent to the late topic can be told apart."""
+    return table.append_column("row_id", pa.array(range(first_id, first_id + table.num_rows),
+                                                  pa.int64()))
+
+
+def cell_input(rng: random.Random, *, late: bool) -> list[tuple[int, pa.Table]]:
+    """Every worker writes its own partition (worker % 4), step by step in event time;
+    with ``late``, every 10th step a worker also sends rows 2-3 windows back (within the
+    revision lateness: they revise) or 6 windows back (beyond it: the late topic)."""
+    batches, next_id = [], 0
+    for step in range(STEPS):
+        for worker in range(WORKERS):
+            table = numbered(sensor_table(rng, rng.randrange(20, 50), T0 + step * STEP_MS,
+                                          STEP_MS), next_id)
+            next_id += table.num_rows
+            batches.append((worker % INPUT_PARTITIONS, table))
+        if late and step >= 50 and step % 10 == 0:
+            back = rng.choice([2 * SIZE_MS, 3 * SIZE_MS, 6 * SIZE_MS])
+            table = numbered(sensor_table(rng, 15, T0 + step * STEP_MS - back, STEP_MS),
+                             next_id)
+            next_id += table.num_rows
+            batches.append((rng.randrange(INPUT_PARTITIONS), table))
+    return batches
+
+
+def late_pairs(bootstrap: str, topic: str) -> pl.DataFrame:
+    """(row_id, window_start) of every row the daemon sent to the late topic."""
+    records = read_topic(bootstrap, topic, 1, quiet_s=1.0)
+    assert all(r.headers.get("arrowagg.late.kind") != b"aggregate" for r in records), \
+        "no stage-2 late aggregates in this input (no input partition goes idle)"
+    frames = [pl.DataFrame(decode_ipc_stream(r.value)).select(
+        "row_id", pl.lit(int(r.headers["arrowagg.window-start"])).alias("window_start"))
+        for r in records]
+    return pl.concat(frames) if frames else pl.DataFrame(
+        schema={"row_id": pl.Int64, "window_start": pl.Int64})
+
+
+def reference(tables: list[pa.Table], cell: Cell, late: pl.DataFrame) -> pl.DataFrame:
+    """DuckDB over every (row, window) the daemon did not send late: each row in each of
+    its windows (hopping: size / step of them), the late pairs taken out."""
+    rows = pa.concat_tables(tables)  # noqa: F841 - read by DuckDB's replacement scan
+    late_rows = late.to_arrow()  # noqa: F841
+    windows = SIZE_MS // cell.step_ms
+    sql = f"""
+        WITH windowed AS (
+            SELECT rows.*, (epoch_ms(ts) // {cell.step_ms} - k) * {cell.step_ms} AS window_start
+            FROM rows, range({windows}) AS r(k))
+        SELECT window_start, site, sensor, "zone name",
+               SUM(reading_sum) AS reading_sum, SUM(reading_count)::BIGINT AS reading_count,
+               MIN(reading_min) AS reading_min, MAX(reading_max) AS reading_max,
+               median(power) AS power, count(DISTINCT error_count)::BIGINT AS error_count,
+               quantile_cont("δ_max", 0.9) AS "δ_max", COUNT(row_id)::BIGINT AS row_id,
+               SUM(reading_sum) FILTER (WHERE reading_sum > 0) AS positive,
+               COUNT(*)::BIGINT AS row_count
+        FROM windowed ANTI JOIN late_rows USING (row_id, window_start)
+        GROUP BY ALL
+    """  # noqa: S608 - only integers are formatted in
+    relation = duckdb.sql(sql)
+    assert relation is not None
+    return pl.DataFrame(relation.arrow()).sort(["window_start", *KEYS])
+
+
+def subscribed(bootstrap: str, topic: str) -> pl.DataFrame:
+    """What a subscriber holds after applying every committed revision: each window's
+    latest whole form."""
+    latest = {w.start_ms: w for w in read_output(bootstrap, topic, idle_timeout_s=3.0,
+                                                 complete=True)}
+    frame = pl.concat([w.frame for w in latest.values() if w.frame.height])
+    return frame.with_columns(pl.col("window_start").dt.epoch("ms"), pl.col(KEYS).cast(
+        pl.String)).drop("window_end", "revision", strict=False)
+
+
+def churn(instances: Instances, publishing: PacedPublishing) -> dict[str, Any]:
+    """1 -> 3 instances, a SIGKILL and restart, a stall past max.poll.interval.ms, a
+    zombie fencing its elder, 3 -> 2; the fenced elder's exit and last line."""
+    instances.start("a")
+    time.sleep(2)
+    instances.start("b")
+    instances.start("c")
+    time.sleep(1)
+    instances.stop("b", signal.SIGKILL)
+    instances.start("b")  # its id again: its open transaction is aborted at once
+    stalled = instances.running["c"]
+    stalled.send_signal(signal.SIGSTOP)
+    time.sleep(STALL_S)
+    stalled.send_signal(signal.SIGCONT)
+    instances.start("zombie-maker", instance_id="a")  # a second "a": fences the first
+    elder = instances.running.pop("a")
+    elder_exit = elder.wait(60)
+    publishing.finish()
+    instances.stop("c", signal.SIGTERM)
+    return {"elder_exit": elder_exit,
+            "elder_line": instances.log("a").read_text().strip().splitlines()[-1]}
+
+
+@pytest.mark.parametrize("cell", [Cell(kind, late) for kind in STEPS_MS for late in LATE],
+                         ids=lambda c: f"{c.kind}-{c.late}")
+def test_every_feature_scales_out_exactly(
+    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path, cell: Cell,
+) -> None:
+    topics = make_topics(topic_factory)
+    data = cell_input(random.Random(33), late=cell.late == "revise")
+    instances = Instances(tmp_path, bootstrap, topics, sections=cell.sections)
+    publisher = DurablePublisher(bootstrap, topics["input"])
+    try:
+        publishing = PacedPublishing(publisher, data, pause_s=0.02)
+        churned = churn(instances, publishing)
+        publisher.flush()
+        wait_all_windows(bootstrap, topics, data, step_ms=cell.step_ms)
+        instances.stop_all()
+    finally:
+        instances.kill_all()
+    late = late_pairs(bootstrap, topics["late"])
+    got = subscribed(bootstrap, topics["output"])
+    updates = sum(1 for w in read_output(bootstrap, topics["output"], idle_timeout_s=1.0)
+                  if w.kind == "update")
+    expected = reference([t for _, t in data], cell, late)
+    window_keys = ["window_start", *KEYS]
+    figures = {
+        "cell": f"{cell.kind}/{cell.late}", "input_rows": sum(t.num_rows for _, t in data),
+        "windows": expected["window_start"].n_unique(), "output_rows": got.height,
+        "reference_rows": expected.height, "late_pairs": late.height,
+        "update_messages": updates,
+        "duplicates": got.group_by(window_keys).len().filter(pl.col("len") > 1).height,
+        "lost": expected.join(got, on=window_keys, how="anti").height,
+        "exit_codes": instances.exits, **churned,
+    }
+    write_figures(f"scale_out_matrix_{cell.kind}_{cell.late}", figures)
+    assert figures["duplicates"] == 0
+    if cell.late == "revise":  # late rows revised emitted windows, and went late beyond
+        assert updates > 0
+        assert late.height > 0
+    assert churned["elder_exit"] == 1
+    assert "fenced" in churned["elder_line"]
+    assert all(code in (0, -signal.SIGKILL) for code in instances.exits)
+    assert_frame_equal(got.select(expected.columns).sort(window_keys), expected,
+                       check_exact=False, rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)

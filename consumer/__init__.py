@@ -9,7 +9,7 @@ it, see pyproject.toml):
 - ``service``: how the daemon is watched (metrics, HTTP health, systemd notify, reload).
 - ``kafka``: the run loop and everything that talks to a broker.
 - ``compose``: builds the pipeline and the processor from the settings.
-- ``cli``, ``healthcheck``: the entry points.
+- ``cli``, ``healthcheck``: the entry points; ``options``, the command line's grammar.
 
 ``allocator`` stands apart: it sets Polars' allocator options, which only count before
 Polars loads, so it runs here, before any room imports Polars.

@@ -84,7 +84,8 @@ def describe_windows(settings: Settings) -> str:
                  else f"hopping windows of {_duration(window.size_ms)} every "
                       f"{_duration(step)} (each row counts in {-(-window.size_ms // step)} "
                       "windows)")
-        bounds = "aligned to the epoch (a window starts at a multiple of its step)"
+        bounds = ("aligned to the epoch (a window starts at a multiple of its "
+                  f"{'size' if window.kind == 'tumbling' else 'step'})")
     if window.time == "processing" and window.kind == "session":
         return (f"{shape}, by processing time: each message's Kafka timestamp is the time "
                 f"of its rows; {bounds}. A session closes when the clock passes its end.")
@@ -143,21 +144,37 @@ def _count_words(window: WindowSettings) -> str:
 def warnings(settings: Settings, topics: Mapping[str, TopicState] | None) -> list[str]:
     """What may surprise an operator; ``topics`` (None: the broker was not asked) as
     they are on the broker."""
-    return [*_window_warnings(settings, topics), *_output_warnings(settings, topics),
-            *_guarantee_warnings(settings)]
+    return [*_plan_warnings(settings), *_window_warnings(settings, topics),
+            *_output_warnings(settings, topics), *_guarantee_warnings(settings)]
+
+
+def _plan_warnings(settings: Settings) -> Iterator[str]:
+    aggregation = settings.aggregation
+    if aggregation.schema_from is not None:
+        return
+    each = (" (and each instance of the scale-out its own, which stage 2 cannot merge "
+            "when they differ)") if settings.scale_out is not None else ""
+    if aggregation.keys is None:
+        yield ("aggregation.schema_from is not set: the plan will be derived from whichever "
+               f"message with rows arrives first{each}; its string and timestamp columns "
+               "become the keys, and a message without one of them is dead-lettered "
+               "(schema-mismatch). Pin it: aggregation.schema_from: FILE (an Arrow or "
+               "Parquet file with the input's schema), or list aggregation.keys")
+    else:
+        yield ("aggregation.schema_from is not set: aggregation.keys fixes the keys, but the "
+               "aggregates and their types will come from whichever message with rows "
+               f"arrives first{each}; pin them with aggregation.schema_from: FILE")
 
 
 def _window_warnings(settings: Settings,
                      topics: Mapping[str, TopicState] | None) -> Iterator[str]:
     window = settings.window
     if window.kind != "count" and window.time == "event":
-        partitions = None if topics is None else sum(
-            topics[t].partitions for t in settings.input.topics if t in topics)
-        if window.allowed_lateness_ms == 0 and partitions != 1:
-            several = "several partitions" if partitions is None else f"{partitions} partitions"
-            yield ("window.allowed_lateness_ms is 0: a row older than the newest one already "
-                   f"read from its partition is late; with {several} and producers sharing "
-                   "them, rows rarely arrive in order: allow for their disorder")
+        if window.allowed_lateness_ms == 0 and _input_partitions(settings, topics) != 1:
+            yield ("window.allowed_lateness_ms is 0: a window closes as soon as every input "
+                   "partition has read a row past its end, and its rows that come after are "
+                   "late; producers sharing a partition rarely deliver in event-time order: "
+                   "allow for their disorder")
         if window.size_ms is not None and window.idle_timeout_ms < window.size_ms:
             yield (f"window.idle_timeout_ms ({_duration(window.idle_timeout_ms)}) is shorter "
                    f"than a window ({_duration(window.size_ms)}): a producer pausing longer "
@@ -171,6 +188,14 @@ def _window_warnings(settings: Settings,
         yield (f"window.timestamp_column {window.timestamp_column!r} is not used by "
                f"{window_kind(window)} windows: the column is skipped, not a key (list it in "
                "aggregation.keys to group by it)")
+
+
+def _input_partitions(settings: Settings,
+                      topics: Mapping[str, TopicState] | None) -> int | None:
+    """How many input partitions there are (None: unknown, or not all created yet)."""
+    if topics is None or any(t not in topics for t in settings.input.topics):
+        return None
+    return sum(topics[t].partitions for t in settings.input.topics)
 
 
 def _output_warnings(settings: Settings,

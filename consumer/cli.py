@@ -9,158 +9,73 @@ option or a file; 1: the broker or the run failed).
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
+import shlex
 import signal
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import TextIO, TypeVar
 
 import pyarrow as pa
 
-from consumer.config import KafkaSettings, LoadedConfig, Settings, load_config
-from consumer.kafka.clients import KafkaSetupError, check_topics
+from consumer.config import (
+    KafkaSettings,
+    LoadedConfig,
+    Settings,
+    load_config,
+    pinned_origin,
+    pinned_schema,
+    plan_for,
+)
+from consumer.kafka.clients import (
+    KafkaSetupError,
+    KafkaUnreachableError,
+    MissingTopicsError,
+    check_topics,
+    daemon_identity,
+)
 from consumer.kafka.tail import (
-    dead_letter_json,
-    peek_first_value,
-    print_dead_letter,
-    print_window,
+    peek_first_record,
     read_dead_letters,
+    read_late_records,
     read_output,
+)
+from consumer.kafka.tail_views import (
+    dead_letter_json,
+    late_record_json,
+    print_dead_letter,
+    print_late_record,
+    print_window,
     window_json,
 )
-from consumer.kafka.topics import (
-    DEFAULT_INPUT_PARTITIONS,
-    DEFAULT_OUTPUT_PARTITIONS,
-    create_topics,
-    needed_message_bytes,
-    topic_specs,
-)
+from consumer.kafka.topics import create_topics, needed_message_bytes, topic_specs
+from consumer.options import parser
 from consumer.service.logs import configure_logging
 from wire.broker import DEFAULT_BOOTSTRAP
+from wire.console import quiet_on_closed_pipe
 from wire.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArrowaggError, UsageError
-from wire.files import read_table
-from wire.input import DecodeLimits, decode_ipc_stream
+from wire.files import InputFile
+from wire.input import DecodeLimits, WireFormatError, decode_ipc_stream
 
 log = logging.getLogger("consumer")
 
-DEFAULT_CONFIG = Path("config.yaml")
+Shown = TypeVar("Shown")
+
 BROKER_TIMEOUT_S = 10.0
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line, like every other user error, instead of argparse's usage block.
-        self.exit(EXIT_USAGE, f"consumer: {message} (see {self.prog} --help)\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m consumer",
-        description="arrowagg: aggregate Arrow IPC record batches on Kafka, per window.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     parser_class=_Parser)
-    run = commands.add_parser(
-        "run", help="run the daemon: consume, window, aggregate, emit, commit",
-        description="Join the consumer group and aggregate until SIGTERM or SIGINT.")
-    _add_config(run)
-    check = commands.add_parser(
-        "check", help="check a configuration: effective settings, windows, warnings",
-        description="Print the effective configuration (environment overrides marked, "
-                    "secrets masked), the windows in words and warnings; then check the "
-                    "topics on the broker. Exit 2 on a configuration error, 1 when the "
-                    "broker or a topic would stop the daemon.")
-    _add_config(check)
-    check.add_argument("--offline", action="store_true",
-                       help="do not ask the broker about the topics")
-    topics = commands.add_parser(
-        "topics", help="create the configuration's topics",
-        description="Topics of the configuration: input, output, late and dead-letter.")
-    topic_commands = topics.add_subparsers(dest="topics_command", required=True,
-                                           metavar="ACTION", parser_class=_Parser)
-    create = topic_commands.add_parser(
-        "create", help="create the topics that do not exist; report the others",
-        description="Create the input, output, late and dead-letter topics that do not "
-                    "exist, with max.message.bytes to fit input.max_message_bytes and "
-                    "output.max_message_bytes. Existing topics are left alone and reported.")
-    _add_config(create)
-    create.add_argument("--partitions", type=_positive_int, default=DEFAULT_INPUT_PARTITIONS,
-                        metavar="N", help="partitions of an input topic: how many instances "
-                                          f"can share the work (default: "
-                                          f"{DEFAULT_INPUT_PARTITIONS})")
-    create.add_argument("--output-partitions", type=_positive_int,
-                        default=DEFAULT_OUTPUT_PARTITIONS, metavar="N",
-                        help="partitions of the output, late and dead-letter topics "
-                             f"(default: {DEFAULT_OUTPUT_PARTITIONS})")
-    create.add_argument("--replication-factor", type=_positive_int, metavar="R",
-                        help="replicas of each partition (default: 3, or the number of "
-                             "brokers when there are fewer)")
-    create.add_argument("--dry-run", action="store_true",
-                        help="only ask the broker to validate the creations")
-    explain = commands.add_parser(
-        "explain", help="print the aggregation plan for a schema",
-        description="Show the windows in words, then keys, each column's aggregation (and "
-                    "which aggregates buffer the window's values, and why) and skipped "
-                    "columns. The schema comes from --sample, or else from the first message "
-                    "on the input topic.")
-    _add_config(explain)
-    explain.add_argument("--sample", type=Path,
-                         help="an Arrow IPC stream/file or Parquet file with the input schema")
-    _add_tail(commands)
-    return parser
-
-
-def _add_config(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
-                         help="YAML config (default: config.yaml); the environment's "
-                              "KAFKA_BOOTSTRAP_SERVERS and ARROWAGG_* override it")
-
-
-def _add_tail(commands: argparse._SubParsersAction[_Parser]) -> None:
-    tail = commands.add_parser(
-        "tail", help="show each output window, or each dead letter",
-        description="Read the output topic (read_committed) and print every window, or "
-                    "with --dlq the dead letters: each rejected message's origin and reason. "
-                    "Joins no consumer group and commits nothing.")
-    which = tail.add_mutually_exclusive_group()
-    which.add_argument("--topic", help="the output topic (default: output.topic of --config)")
-    which.add_argument("--dlq", nargs="?", const="", metavar="TOPIC",
-                       help="read dead letters from TOPIC (default: output.dlq_topic of "
-                            "--config)")
-    tail.add_argument("--config", type=Path,
-                      help="take the topic, the broker and its security from this config")
-    tail.add_argument("--bootstrap-servers",
-                      help="default: the config's, else $KAFKA_BOOTSTRAP_SERVERS, else "
-                           f"{DEFAULT_BOOTSTRAP}")
-    tail.add_argument("--from-beginning", action="store_true",
-                      help="start at the topic's beginning instead of its end")
-    tail.add_argument("--format", choices=["table", "json"], default="table",
-                      help="table (default), or json: one JSON object a line, for jq")
-    tail.add_argument("--max-windows", "--max-messages", type=_positive_int, metavar="N",
-                      help="stop after this many messages")
-    tail.add_argument("--complete", action="store_true",
-                      help="show each window once, whole: all its chunks, revisions and "
-                           "(scale-out) parts, when the last has arrived")
-    tail.add_argument("--idle-timeout-s", type=float, default=float("inf"), metavar="S",
-                      help="stop when nothing arrived for this long (default: never)")
-
-
 def main(argv: list[str] | None = None) -> int:
+    return quiet_on_closed_pipe(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        args = parser().parse_args(argv)
     except SystemExit as done:  # --help, or a usage error already printed in one line
         return done.code if isinstance(done.code, int) else EXIT_USAGE
     try:
@@ -168,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             return _tail(args)
         config = load_config(args.config)
         configure_logging(config.settings.logging.level, config.settings.logging.format)
-        return _COMMANDS[args.command](config, args)
+        try:
+            return _COMMANDS[args.command](config, args)
+        except KafkaSetupError as err:
+            raise _mended(err, config) from None
     except ArrowaggError as err:
         _say(err)
         return err.exit_code
@@ -184,6 +102,28 @@ _COMMANDS: dict[str, Callable[[LoadedConfig, argparse.Namespace], int]] = {
 }
 
 
+def _mended(err: KafkaSetupError, config: LoadedConfig | None,
+            bootstrap_from: str | None = None) -> KafkaSetupError:
+    """``err`` with a hint that names where to mend it: the flag or the config's key (or
+    the variable that overrides it) that set the broker's address, and the create
+    command for the config file given."""
+    if isinstance(err, KafkaUnreachableError):
+        return err.mended_at(bootstrap_from or _bootstrap_origin(config))
+    if isinstance(err, MissingTopicsError) and config is not None:
+        return err.mended_at(f"python -m consumer topics create --config "
+                             f"{shlex.quote(config.source)}")
+    return err
+
+
+def _bootstrap_origin(config: LoadedConfig | None) -> str:
+    if config is None:
+        return f"--bootstrap-servers (the default is {DEFAULT_BOOTSTRAP})"
+    variable = config.overrides.get("kafka.bootstrap_servers") or config.overrides.get("kafka")
+    if variable is not None:
+        return f"{variable} (it overrides kafka.bootstrap_servers of {config.source})"
+    return f"kafka.bootstrap_servers in {config.source}"
+
+
 def _say(err: ArrowaggError) -> None:
     for line in str(err).splitlines():
         print(f"consumer: {err.headline}{line}", file=sys.stderr)
@@ -194,7 +134,7 @@ def _run(settings: Settings, config_path: Path | None = None) -> int:
     from consumer.service.fanout import start_service  # noqa: PLC0415
     from consumer.service.reload import ConfigReloader  # noqa: PLC0415
 
-    service = start_service(settings.service, os.environ,
+    service = start_service(settings.service, os.environ, identity=daemon_identity(settings),
                             read_committed=settings.processing.guarantee == "exactly_once")
     previous = {signum: signal.getsignal(signum)
                 for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
@@ -254,7 +194,7 @@ def _check(config: LoadedConfig, *, offline: bool) -> int:
             check_topics(settings.kafka, topics, timeout_s=BROKER_TIMEOUT_S,
                          max_message_bytes=needed_message_bytes(settings.output))
         except KafkaSetupError as err:
-            problems.append(str(err))
+            problems.append(str(_mended(err, config)))
         if states is not None:
             print(f"\ntopics on {settings.kafka.bootstrap_servers}:")
             for name in dict.fromkeys(topics):
@@ -297,63 +237,102 @@ def _create_topics(settings: Settings, args: argparse.Namespace) -> int:
 
 def _explain(settings: Settings, sample: Path | None) -> int:
     from consumer.checkup import describe_windows  # noqa: PLC0415 - keeps --help fast
-    from consumer.compose import plan_for  # noqa: PLC0415
 
-    schema = read_table(sample).schema if sample else _peek_schema(settings)
+    schema, origin = _explain_schema(settings, sample)
     plan = plan_for(settings, schema)
     print("windows:")
     print(textwrap.fill(describe_windows(settings), width=92, initial_indent="  ",
                         subsequent_indent="  "))
-    print()
+    print(f"\nschema: from {origin}")
     print(plan.describe())
     return EXIT_OK
 
 
-def _peek_schema(settings: Settings) -> pa.Schema:
-    value = peek_first_value(settings.kafka, settings.input.topics, timeout_s=BROKER_TIMEOUT_S)
-    if value is None:
+def _explain_schema(settings: Settings, sample: Path | None) -> tuple[pa.Schema, str]:
+    """The schema explain works from, and where it came from: --sample, the pinned
+    schema, or the first message on the input topics (as the daemon would take it)."""
+    if sample is not None:
+        return InputFile.open(sample).schema(), f"--sample {sample}"
+    if (pinned := pinned_schema(settings.aggregation)) is not None:
+        return pinned, pinned_origin(settings.aggregation)
+    record = peek_first_record(settings.kafka, settings.input.topics,
+                               timeout_s=BROKER_TIMEOUT_S)
+    if record is None:
         raise KafkaSetupError(f"no message on {', '.join(settings.input.topics)} within "
-                              f"{BROKER_TIMEOUT_S:g}s; pass --sample FILE")
-    return decode_ipc_stream(value, DecodeLimits()).schema
+                              f"{BROKER_TIMEOUT_S:g}s; pass --sample FILE, or pin the plan "
+                              "with aggregation.schema_from")
+    try:
+        schema = decode_ipc_stream(record.value, DecodeLimits()).schema
+    except WireFormatError as err:
+        raise UsageError(f"{record.where}, the first message on the input topics, is no "
+                         f"input ({err}); pass --sample FILE") from None
+    return schema, (f"{record.where}, the first message on the input topics (the daemon "
+                    "takes the first with rows; pin it with aggregation.schema_from)")
 
 
 def _tail(args: argparse.Namespace) -> int:
-    kafka, topic = _tail_source(args)
-    skipped = _warn
-    if args.dlq is not None:
-        for letter in read_dead_letters(kafka, topic, from_beginning=args.from_beginning,
-                                        idle_timeout_s=args.idle_timeout_s,
-                                        limit=args.max_windows, on_skipped=skipped):
-            if args.format == "json":
-                print(dead_letter_json(letter), flush=True)
-            else:
-                print_dead_letter(letter, sys.stdout)
-        return EXIT_OK
-    for window in read_output(kafka, topic, from_beginning=args.from_beginning,
-                              idle_timeout_s=args.idle_timeout_s,
-                              max_windows=args.max_windows, on_skipped=skipped,
-                              complete=args.complete):
-        if args.format == "json":
-            print(window_json(window), flush=True)
-        else:
-            print_window(window, sys.stdout)
+    config = load_config(args.config) if args.config else None
+    kafka, topic, bootstrap_from = _tail_source(args, config)
+    try:
+        _tail_topic(args, kafka, topic)
+    except KafkaSetupError as err:
+        raise _mended(err, config, bootstrap_from) from None
     return EXIT_OK
 
 
-def _tail_source(args: argparse.Namespace) -> tuple[KafkaSettings, str]:
-    """The broker (with its security) and the topic tail reads."""
-    settings = load_config(args.config).settings if args.config else None
+def _tail_topic(args: argparse.Namespace, kafka: KafkaSettings, topic: str) -> None:
+    reading = {"from_beginning": args.from_beginning, "idle_timeout_s": args.idle_timeout_s,
+               "on_skipped": _warn}
+    json_lines = args.format == "json"
+    if args.dlq is not None:
+        _print_each(read_dead_letters(kafka, topic, limit=args.max_windows, **reading),
+                    dead_letter_json if json_lines else None, print_dead_letter)
+    elif args.late is not None:
+        _print_each(read_late_records(kafka, topic, limit=args.max_windows, **reading),
+                    late_record_json if json_lines else None,
+                    functools.partial(print_late_record, max_rows=args.rows))
+    else:
+        _print_each(read_output(kafka, topic, max_windows=args.max_windows,
+                                complete=args.complete, **reading),
+                    window_json if json_lines else None,
+                    functools.partial(print_window, max_rows=args.rows))
+
+
+def _print_each(items: Iterable[Shown], as_json: Callable[[Shown], str] | None,
+                as_table: Callable[[Shown, TextIO], None]) -> None:
+    """Each item as one JSON line (``as_json``), or else as a table."""
+    for item in items:
+        if as_json is not None:
+            print(as_json(item), flush=True)
+        else:
+            as_table(item, sys.stdout)
+
+
+def _tail_source(args: argparse.Namespace, config: LoadedConfig | None,
+                 ) -> tuple[KafkaSettings, str, str]:
+    """The broker (with its security), the topic tail reads, and where the broker's
+    address came from (for a hint when nothing answers there)."""
+    settings = config.settings if config is not None else None
+    from_env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     kafka = settings.kafka if settings else KafkaSettings(
-        bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_BOOTSTRAP)
+        bootstrap_servers=from_env or DEFAULT_BOOTSTRAP)
+    bootstrap_from = _bootstrap_origin(config) if config is not None else (
+        "KAFKA_BOOTSTRAP_SERVERS (or --bootstrap-servers)" if from_env
+        else _bootstrap_origin(None))
     if args.bootstrap_servers:
         kafka = kafka.model_copy(update={"bootstrap_servers": args.bootstrap_servers})
-    topic = args.topic or args.dlq
+        bootstrap_from = "--bootstrap-servers"
+    topic = args.topic or args.dlq or args.late
+    flag, key = ("--topic", "output.topic")
+    if args.dlq is not None:
+        flag, key = "--dlq", "output.dlq_topic"
+    elif args.late is not None:
+        flag, key = "--late", "output.late_topic"
     if not topic and settings is not None:
-        topic = settings.output.dlq_topic if args.dlq is not None else settings.output.topic
+        topic = getattr(settings.output, key.removeprefix("output."))
     if not topic:
-        what = "--dlq TOPIC" if args.dlq is not None else "--topic TOPIC"
-        raise UsageError(f"tail needs {what}, or --config with that topic configured")
-    return kafka, topic
+        raise UsageError(f"tail needs {flag} TOPIC, or --config with {key} set")
+    return kafka, topic, bootstrap_from
 
 
 def _warn(line: str) -> None:

@@ -5,16 +5,15 @@ the same objects."""
 from __future__ import annotations
 
 import polars as pl
-import pyarrow as pa
 from confluent_kafka import Consumer
 
-from consumer.config import Settings, window_kind
+from consumer.config import Settings, pinned_origin, pinned_schema, plan_for
 from consumer.core.budget import GroupBudget
 from consumer.core.decode import Decoder
 from consumer.core.dlq import DlqLimit
-from consumer.core.emit import REVISION, OutputSpec
+from consumer.core.emit import OutputSpec
 from consumer.core.pipeline import Pipeline
-from consumer.core.plan import AggregationPlan, Override, Quantile, derive_plan
+from consumer.core.plan import AggregationPlan
 from consumer.core.poll import PollPipeline
 from consumer.core.scale_out.pipeline import TwoStagePipeline
 from consumer.core.scale_out.stage_one import PartialEmitter
@@ -37,7 +36,6 @@ from consumer.kafka.processor import StreamProcessor
 from consumer.kafka.sink import AtLeastOnceSink, OutputSink, TransactionalSink
 from consumer.service.observer import NullObserver, ProcessorObserver
 from wire.input import DecodeLimits
-from wire.output import REPLACES_COLUMN
 
 
 def build_pipeline(settings: Settings) -> Pipeline:
@@ -50,6 +48,8 @@ def build_pipeline(settings: Settings) -> Pipeline:
                             max_decoded_bytes=inputs.max_decoded_bytes_per_message),
         max_message_bytes=inputs.max_message_bytes,
     )
+    if (schema := pinned_schema(settings.aggregation)) is not None:
+        decoder.pin(schema, pinned_origin(settings.aggregation))
     routes = OutputSpec(output.topic, settings.kafka.group_id, late_topic=output.late_topic,
                     dlq_topic=output.dlq_topic, output_format=output.format,
                     compression=output.compression, max_message_bytes=output.max_message_bytes,
@@ -95,34 +95,6 @@ def build_two_stages(settings: Settings, inputs: set[PartitionKey]) -> TwoStageP
                          emit_every_ms=settings.window.emit_every_ms)
     return TwoStagePipeline(stage_one, stage_two, settings.scale_out.repartition_topic,
                             commit_interval_ms=settings.processing.commit_interval_ms)
-
-
-def plan_for(settings: Settings, schema: pa.Schema) -> AggregationPlan:
-    """The aggregation plan for ``schema`` under the configured windows and aggregation.
-
-    Only event-time windows read ``window.timestamp_column``; other windows skip it (a
-    timestamp column would otherwise become a key, a group per distinct time) unless the
-    aggregation names it."""
-    window, aggregation = settings.window, settings.aggregation
-    event_time = window.kind != "count" and window.time == "event"
-    column = window.timestamp_column
-    unused = {} if event_time or column is None else {column: (
-        f"window.timestamp_column, which {window_kind(window)} windows do not use (list "
-        "it in aggregation.keys to group by it)")}
-    overrides: dict[str, Override] = {
-        name: func if isinstance(func, str) else Quantile(func.quantile)
-        for name, func in aggregation.columns.items()}
-    return derive_plan(schema, time_column=column if event_time else None,
-                       keys=aggregation.keys, overrides=overrides, unused=unused,
-                       expressions=aggregation.expressions,
-                       reserved=_reserved(settings))
-
-
-def _reserved(settings: Settings) -> tuple[str, ...]:
-    """Result columns of the daemon's own that an input column must not be named."""
-    if settings.window.late != "revise":
-        return ()
-    return (REVISION, REPLACES_COLUMN) if settings.window.kind == "session" else (REVISION,)
 
 
 def build_engine(settings: Settings, plan: AggregationPlan,

@@ -1,7 +1,9 @@
 """``python -m producer``: publish Arrow/Parquet files or synthetic sensor batches to Kafka.
 
-Every mistake a user can make (a missing or unreadable file, an unreachable broker, a
-missing topic, a bad option) ends in one line on stderr, ``producer: ...``, and exit 2.
+Every mistake a user can make ends in one line on stderr, ``producer: ...``, and the exit
+code its error carries (``wire.errors``): 2 to mend an option or a file (a missing or
+unreadable file, a bad option), 1 when the broker failed us (unreachable, a missing
+topic, undelivered messages).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tqdm import tqdm
 from producer.generate import SENSOR_SCHEMA, sensor_batch
 from producer.publisher import FRAMING_BYTES, BrokerUnreachableError, Publisher, PublishError
 from wire.broker import DEFAULT_BOOTSTRAP
+from wire.console import quiet_on_closed_pipe
 from wire.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ArrowaggError, UsageError
 from wire.files import InputFile
 from wire.input import Compression, WireFormatError
@@ -120,7 +123,6 @@ def _add_kafka_options(command: argparse.ArgumentParser, *, topic_required: bool
                          help="the input topic, which must exist" + (
                              "" if topic_required else " (or give --out)"))
     command.add_argument("--bootstrap-servers", metavar="B",
-                         default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP),
                          help=f"default: $KAFKA_BOOTSTRAP_SERVERS or {DEFAULT_BOOTSTRAP}")
     command.add_argument("--compression", choices=["none", "lz4", "zstd"], default="none",
                          help="Arrow IPC body compression (default: none)")
@@ -130,6 +132,10 @@ def _add_kafka_options(command: argparse.ArgumentParser, *, topic_required: bool
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    return quiet_on_closed_pipe(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = _parser().parse_args(argv)
     except SystemExit as done:  # --help, or a usage error already printed in one line
@@ -260,7 +266,7 @@ def _batch(args: argparse.Namespace, index: int, start_ms: int) -> pa.Table:
 
 def _publisher(args: argparse.Namespace) -> Publisher:
     compression: Compression = args.compression
-    return Publisher(bootstrap_servers=args.bootstrap_servers, topic=args.topic,
+    return Publisher(bootstrap_servers=_bootstrap(args)[0], topic=args.topic,
                      compression=compression, max_message_bytes=args.max_message_bytes)
 
 
@@ -271,11 +277,20 @@ def _connect(args: argparse.Namespace, stack: ExitStack) -> Publisher:
         publisher.check_topic(CHECK_TIMEOUT_S)
     except BrokerUnreachableError as err:
         publisher.close()
-        raise UsageError(f"{err} with --bootstrap-servers or KAFKA_BOOTSTRAP_SERVERS") from None
-    except PublishError as err:
+        raise BrokerUnreachableError(f"{err} with {_bootstrap(args)[1]}") from None
+    except PublishError:
         publisher.close()
-        raise UsageError(str(err)) from None
+        raise
     return stack.enter_context(publisher)
+
+
+def _bootstrap(args: argparse.Namespace) -> tuple[str, str]:
+    """The broker address, and where to mend it: the option, or what stood in for it."""
+    if args.bootstrap_servers:
+        return args.bootstrap_servers, "--bootstrap-servers"
+    if from_env := os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        return from_env, "--bootstrap-servers (or KAFKA_BOOTSTRAP_SERVERS, which gave this one)"
+    return DEFAULT_BOOTSTRAP, f"--bootstrap-servers (the default is {DEFAULT_BOOTSTRAP})"
 
 
 def _batch_bar(schedule: _Schedule) -> tqdm[Never]:

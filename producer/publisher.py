@@ -20,6 +20,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin._metadata import ClusterMetadata  # admin re-exports it untyped
 
+from wire.broker import nothing_listens
 from wire.errors import ArrowaggError
 from wire.files import InputFile
 from wire.input import (
@@ -108,6 +109,10 @@ class Publisher:
         Returns the topic's partition count. Asks for all topics' metadata rather than this
         one's, because asking for one topic may auto-create it on brokers that allow that.
         """
+        if (refused := nothing_listens(self._bootstrap_servers)) is not None:
+            raise BrokerUnreachableError(  # at once: librdkafka would retry until timeout_s
+                f"cannot reach Kafka at {self._bootstrap_servers} ({refused}); start a "
+                "broker there or name another")
         try:
             metadata: ClusterMetadata = self._producer.list_topics(timeout=timeout_s)
         except KafkaException as exc:

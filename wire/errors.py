@@ -18,6 +18,7 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1      # the run failed (broker, transaction, too much bad input)
 EXIT_USAGE: Final = 2       # the user must mend a configuration, option or file
 EXIT_INTERRUPTED: Final = 130
+EXIT_PIPE_CLOSED: Final = 141  # 128 + SIGPIPE, as cat: the reader of stdout went away
 
 
 class ArrowaggError(Exception):

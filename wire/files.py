@@ -84,6 +84,11 @@ class InputFile:
         with self._reader() as reader:
             yield from self._guarded(reader)
 
+    def schema(self) -> pa.Schema:
+        """The file's schema, without reading its rows."""
+        with self._reader() as reader:
+            return reader.schema
+
     def read_table(self) -> pa.Table:
         """The whole file as one Table (with its schema even when it holds no rows)."""
         with self._reader() as reader:

@@ -26,6 +26,7 @@ from wire.input import (
     decode_ipc_stream,
     encode_for_size,
 )
+from wire.timestamps import rfc3339_columns
 
 CONTENT_TYPE_JSON = "application/x-ndjson"
 HEADER_WINDOW_START = "arrowagg.window-start"
@@ -112,9 +113,9 @@ def encode_window(
     number of input rows it aggregates. ``keys``: the group-key columns, said in a header
     (update revisions need them to be applied). ``sessions``: the rows are sessions, each
     with its own bounds (said in a header)."""
+    frame = _output_columns(frame)
     if fmt == "arrow":
-        # One chunk: a streaming group_by leaves a result in many, and each chunk of a
-        # categorical column would carry (and compress) a dictionary of its own.
+        # One chunk: a streaming group_by leaves a result in many pieces.
         values = encode_for_size(frame.rechunk().to_arrow(), max_bytes=max_bytes,
                                  compression=compression)
         content_type = CONTENT_TYPE
@@ -143,8 +144,19 @@ def encode_window(
     ]
 
 
+def _output_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` in the output's one schema: string keys as plain strings (Arrow
+    ``large_string``), never categorical. Whether a key arrives dictionary-encoded
+    depends on the worker (the publisher's default), and whether the engine holds it as
+    categorical on the mode (the scale-out's stage 2 merges strings); a subscriber must
+    see neither (docs/wire-format.md)."""
+    categorical = [name for name, dtype in frame.schema.items()
+                   if isinstance(dtype, pl.Categorical | pl.Enum)]
+    return frame.with_columns(pl.col(categorical).cast(pl.String)) if categorical else frame
+
+
 def _ndjson_chunks(frame: pl.DataFrame, max_bytes: int) -> list[bytes]:
-    text = _json_ready(frame).write_ndjson().encode()
+    text = rfc3339_columns(frame).write_ndjson().encode()
     if len(text) <= max_bytes:
         return [text]
     chunks: list[bytes] = []
@@ -156,24 +168,6 @@ def _ndjson_chunks(frame: pl.DataFrame, max_bytes: int) -> list[bytes]:
         current += line
     chunks.append(bytes(current))
     return chunks
-
-
-def _json_ready(frame: pl.DataFrame) -> pl.DataFrame:
-    """Timestamps as ISO-8601 UTC strings, the form JSON subscribers expect (lists of
-    them too: a session's ``replaces``)."""
-    stamps = []
-    for name, dtype in frame.schema.items():
-        if isinstance(dtype, pl.Datetime):
-            stamps.append(_iso_text(pl.col(name), dtype))
-        elif isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Datetime):
-            stamps.append(pl.col(name).list.eval(_iso_text(pl.element(), dtype.inner)))
-    return frame.with_columns(stamps) if stamps else frame
-
-
-def _iso_text(stamp: pl.Expr, dtype: pl.Datetime) -> pl.Expr:
-    if dtype.time_zone is not None:
-        return stamp.dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
-    return stamp.dt.strftime("%Y-%m-%dT%H:%M:%S%.3f")
 
 
 def encode_window_end(end: WindowEnd) -> OutputMessage:

@@ -39,11 +39,12 @@ from consumer.config.models import (
     Settings,
     WindowSettings,
 )
+from consumer.config.planning import pinned_origin, pinned_schema, plan_for
 
 __all__ = [
     "AggregationSettings", "ConfigError", "DlqLimitSettings", "InputSettings",
     "KafkaSettings", "LibrdkafkaValue", "LoadedConfig", "LoggingSettings", "OutputSettings",
     "ProcessingSettings", "ScaleOutSettings", "SecuritySettings", "ServiceSettings",
     "Settings", "WindowSettings", "config_from_dict", "load_config", "load_settings",
-    "settings_from_dict", "window_kind",
+    "pinned_origin", "pinned_schema", "plan_for", "settings_from_dict", "window_kind",
 ]

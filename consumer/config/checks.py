@@ -17,7 +17,6 @@ from consumer.config.models import (
     Settings,
     WindowSettings,
 )
-from consumer.core.plan import HOLISTIC
 
 
 def window_kind(window: WindowSettings) -> str:
@@ -101,14 +100,6 @@ def _topic_problems(settings: Settings) -> Iterator[Problem]:
     if output.late_topic is not None and output.late_topic == output.dlq_topic:
         yield (("output", "dlq_topic"), (f"{output.dlq_topic!r} is also output.late_topic; "
                "late rows and dead letters need a topic each"))
-
-
-def _buffered_aggregates(settings: Settings) -> str:
-    """The configured aggregates that need a window's values, by name ("" if none)."""
-    aggregation = settings.aggregation
-    buffered = sorted(name for name, func in aggregation.columns.items()
-                      if not isinstance(func, str) or func in HOLISTIC)
-    return ", ".join([*buffered, *aggregation.expressions])
 
 
 def _early_results_problems(settings: Settings) -> Iterator[Problem]:

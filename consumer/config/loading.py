@@ -31,6 +31,7 @@ from consumer.config.models import (
     Problem,
     Settings,
 )
+from consumer.config.planning import schema_from_problems
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ def config_from_dict(data: dict[str, Any], *, source: str = "config",
         settings = Settings(**data)
     except ValidationError as err:
         raise ConfigError(origins.describe(_problems(err))) from None
-    if problems := cross_key_problems(settings):
+    # The pinned plan is derived once the keys it depends on are consistent.
+    if problems := cross_key_problems(settings) or list(schema_from_problems(settings)):
         raise ConfigError(origins.describe(problems))
     return LoadedConfig(settings, source,
                         {_dotted(path): name for path, name in origins.variables.items()})

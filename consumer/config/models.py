@@ -8,6 +8,7 @@ is a YAML integer, never ``true``, ``1.5`` or ``"1000"``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
 
@@ -16,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     PositiveFloat,
     PositiveInt,
     SecretStr,
@@ -184,8 +186,12 @@ class WindowSettings(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if (self.late == "revise") != (self.revision_lateness_ms is not None):
-            raise ValueError("late: revise needs revision_lateness_ms, which only it takes")
+        if self.late == "revise" and self.revision_lateness_ms is None:
+            raise ValueError("late: revise needs revision_lateness_ms: how long past its "
+                             "end an emitted window is kept for late rows to revise it")
+        if self.late != "revise" and self.revision_lateness_ms is not None:
+            raise ValueError(f"revision_lateness_ms applies to late: revise only, and late "
+                             f"is {self.late}; remove it or set late: revise")
         if self.kind == "count":
             if self.count_batches is None and self.count_rows is None:
                 raise ValueError("count windows need count_batches or count_rows")
@@ -218,6 +224,9 @@ class QuantileSetting(_Section):
 
 
 class AggregationSettings(_Section):
+    # An Arrow IPC or Parquet file whose schema fixes the plan at start (keys, aggregates
+    # and their types), instead of the first message with rows, whichever comes first.
+    schema_from: FilePath | None = None
     keys: list[str] | None = None
     columns: dict[str, AggFunc | QuantileSetting] = Field(default_factory=dict)
     # Output column -> an aggregate written as a Polars expression over each (window, keys)
@@ -252,15 +261,49 @@ class ProcessingSettings(_Section):
     commit_interval_ms: PositiveInt = 1_000
 
 
+_PORT_RANGE = re.compile(r"(\d{1,5})-(\d{1,5})")
+_HIGHEST_PORT = 65535
+
+
+def _http_port(value: object) -> int | str | None:
+    """A port (0: any free one), a range ``low-high`` whose first free port is taken
+    (Flink's Prometheus reporter takes ranges for the same reason: several instances on
+    one host), or None."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)
+                         and 0 <= value <= _HIGHEST_PORT):
+        return value
+    matched = _PORT_RANGE.fullmatch(value) if isinstance(value, str) else None
+    if matched and 1 <= int(matched[1]) <= int(matched[2]) <= _HIGHEST_PORT:
+        return f"{int(matched[1])}-{int(matched[2])}"
+    shown = str(value).lower() if isinstance(value, bool) else repr(value)
+    raise ValueError(f"must be a port (0: any free one), a range of ports like 9464-9474, "
+                     f"or null for no HTTP server; not {shown}")
+
+
+HttpPort = Annotated[int | str | None, PlainValidator(_http_port)]
+
+
 class ServiceSettings(_Section):
     """How the daemon is watched: HTTP /metrics, /healthz, /readyz, librdkafka stats."""
 
     http_host: str = "127.0.0.1"
-    http_port: int | None = Field(default=9464, ge=0, le=65535)  # None: no HTTP server
+    # A port, 0 for any free one, a range whose first free port is taken (several
+    # instances on one host each take their own), or None for no HTTP server. The port
+    # taken is logged and written where `python -m consumer.healthcheck` finds it.
+    http_port: HttpPort = "9464-9474"
     statistics_interval_ms: int = Field(default=5_000, ge=0)     # 0: no librdkafka stats
     # /healthz turns 503 when the main loop has not turned for this long. A turn can take
     # a whole flush (a transaction commit) or a rebalance callback: keep it generous.
     liveness_timeout_s: PositiveFloat = 60.0
+
+    def http_ports(self) -> tuple[int, ...]:
+        """The ports to try, in order (empty: no HTTP server)."""
+        if self.http_port is None:
+            return ()
+        if isinstance(self.http_port, int):
+            return (self.http_port,)
+        low, high = (int(part) for part in self.http_port.split("-"))
+        return tuple(range(low, high + 1))
 
 
 class LoggingSettings(_Section):

@@ -308,6 +308,8 @@ def _sum_dtype(column: str, dtype: pl.DataType) -> pl.DataType:
         return pl.UInt64()
     if dtype.is_float():
         return pl.Float64()
+    if isinstance(dtype, pl.Decimal):  # exact, as SQL sums DECIMAL(p, s) to DECIMAL(38, s)
+        return pl.Decimal(38, dtype.scale)
     raise TypeError(f"column {column!r} has type {dtype}; sum and mean need a numeric column")
 
 

@@ -1,7 +1,7 @@
 """Arrow types as the plan's rules see them (consumer/core/plan.py): numeric (summed by
-default; sum, mean, median and quantile take nothing else), strings (dictionary-encoded
-ones too), orderable (what min and max take), and group keys by default (strings and
-timestamps).
+default; sum, mean, median and quantile take nothing else; decimals are summed, and
+compared by min and max, exactly), strings (dictionary-encoded ones too), orderable
+(what min and max take), and group keys by default (strings and timestamps).
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import pyarrow as pa
 
 
 def is_numeric(dtype: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(dtype) or pa.types.is_floating(dtype))
+    """Integers, floats and decimal128 (what databases and Parquet files hold money in)."""
+    return bool(pa.types.is_integer(dtype) or pa.types.is_floating(dtype)
+                or pa.types.is_decimal128(dtype))
 
 
 def is_string(dtype: pa.DataType) -> bool:

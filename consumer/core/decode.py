@@ -1,8 +1,10 @@
 """Decode step: an input message's bytes become rows in the plan's columns, or a rejection.
 
-The first valid message's schema fixes the plan (``Decoder.plan``); later messages must
-carry the plan's columns with the same or a safely castable type. Extra columns are
-ignored. Anything else is rejected with a reason, never a crash.
+The plan (``Decoder.plan``) is pinned from a schema given up front
+(``aggregation.schema_from``), or else fixed by the schema of the first message with
+rows. Every message must carry the plan's key and time columns, and its other columns
+with the same or a safely castable type; extra columns are ignored. Anything else is
+rejected with a reason that names the plan and where it came from, never a crash.
 """
 
 from __future__ import annotations
@@ -38,20 +40,39 @@ class DecodedMessage:
     max_event_ms: int | None
 
 
+# Where a plan derived from the data comes from, in messages that name it.
+FIRST_MESSAGE = "the first message with rows"
+
+
+class UnsupportedTypeError(PlanError):
+    """Valid Arrow that Polars cannot aggregate (an unknown time zone, say)."""
+
+
 class Decoder:
-    def __init__(self, make_plan: PlanFactory, *, limits: DecodeLimits, max_message_bytes: int,
-                 plan: AggregationPlan | None = None, schema: pa.Schema | None = None) -> None:
+    def __init__(self, make_plan: PlanFactory, *, limits: DecodeLimits,
+                 max_message_bytes: int) -> None:
         self._make_plan = make_plan
         self._limits = limits
         self._max_message_bytes = max_message_bytes
-        self.plan = plan
-        self._schema = schema  # the plan's input columns and types
+        self.plan: AggregationPlan | None = None
+        self._schema: pa.Schema | None = None  # the plan's input columns and types
+        self.origin: str | None = None  # where the plan came from, for the messages
         self._warned_missing: set[frozenset[str]] = set()
 
-    def decode(self, value: bytes | None, headers: MessageHeaders) -> DecodedMessage:
+    def pin(self, schema: pa.Schema, origin: str) -> None:
+        """Fix the plan from ``schema`` now (``aggregation.schema_from``) rather than from
+        the first message with rows; ``origin`` names the schema's source. PlanError when
+        no plan can be made of it."""
+        self._fix_plan(schema, origin)
+
+    def decode(self, value: bytes | None, headers: MessageHeaders,
+               where: str | None = None) -> DecodedMessage:
+        """One message's rows in the plan's columns; ``where`` (``topic[p]@offset``)
+        names it as the plan's source when it is the first with rows."""
         if value is not None and len(value) > self._max_message_bytes:
             raise RejectedMessageError(
-                "too-many-bytes", f"message of {len(value)} bytes exceeds max_message_bytes")
+                "too-many-bytes", f"a message of {len(value)} bytes, more than "
+                f"input.max_message_bytes ({self._max_message_bytes})")
         try:
             parse_headers(list(headers.items()) if isinstance(headers, dict) else headers)
             table = decode_ipc_stream(value, self._limits)
@@ -62,7 +83,7 @@ class Decoder:
                 # A schema without rows says nothing of the data to come (a worker's
                 # warm-up message, say): the plan is fixed by the first rows.
                 return DecodedMessage(table, None, None)
-            self._fix_plan(table.schema)
+            self._plan_from_message(table.schema, where)
         return self._conform(table)
 
     def time_dtype(self) -> pl.DataType | None:
@@ -72,28 +93,30 @@ class Decoder:
         empty = pl.DataFrame(self._schema.empty_table())
         return empty.schema[self.plan.time_column]
 
-    def _fix_plan(self, schema: pa.Schema) -> None:
+    def _plan_from_message(self, schema: pa.Schema, where: str | None) -> None:
         try:
-            plan = self._make_plan(schema)
+            self._fix_plan(schema, f"{FIRST_MESSAGE}, {where}" if where else FIRST_MESSAGE)
+        except UnsupportedTypeError as err:
+            raise RejectedMessageError("unsupported-type", str(err)) from err
         except PlanError as err:
-            raise RejectedMessageError("schema-mismatch", str(err)) from err
-        columns = plan.input_columns
-        aggregated = {a.name for a in plan.aggregates} | (
-            set(plan.buffered_columns) - {*plan.keys, plan.time_column})
-        conformed = pa.schema([
-            _widened(schema.field(name)) if name in aggregated else schema.field(name)
-            for name in columns
-        ])
-        try:  # valid Arrow that Polars refuses (an unknown time zone, say) is rejected here
-            pl.DataFrame(conformed.empty_table())
-        except (pl.exceptions.PolarsError, PanicException, ValueError, TypeError) as err:
-            raise RejectedMessageError(
-                "unsupported-type", f"the schema cannot be aggregated: {err}") from err
-        self._schema = conformed
+            raise RejectedMessageError("schema-mismatch", f"{err}; this first message with "
+                                       "rows cannot fix the plan") from err
+
+    def _fix_plan(self, schema: pa.Schema, origin: str) -> None:
+        plan = self._make_plan(schema)
+        self._schema = conformed_schema(plan, schema)
         self.plan = plan
+        self.origin = origin
         for skipped in plan.skipped:
             log.info("column %r (%s) is skipped: %s", skipped.name, skipped.dtype, skipped.reason)
-        log.info("aggregation plan fixed from the first message:\n%s", plan.describe())
+        log.info("aggregation plan fixed from %s:\n%s", origin, plan.describe())
+
+    def _mismatch(self, detail: str) -> RejectedMessageError:
+        """A schema-mismatch that says which plan the message was checked against."""
+        pin = "" if self.origin is None or not self.origin.startswith(FIRST_MESSAGE) else (
+            " (pin the plan: aggregation.schema_from)")
+        return RejectedMessageError(
+            "schema-mismatch", f"{detail}; checked against the plan from {self.origin}{pin}")
 
     def _conform(self, table: pa.Table) -> DecodedMessage:
         """Apply the schema-evolution policy (docs/reliability.md)."""
@@ -102,7 +125,7 @@ class Decoder:
         present = set(table.schema.names)
         required = {*self.plan.keys, *([self.plan.time_column] if self.plan.time_column else [])}
         if missing := [n for n in self._schema.names if n in required and n not in present]:
-            raise RejectedMessageError("schema-mismatch", f"missing key/time columns {missing}")
+            raise self._mismatch(f"missing key/time columns {missing}")
         if present.issuperset(self._schema.names):
             table = table.select(self._schema.names)  # zero-copy; the usual case
         else:
@@ -131,14 +154,14 @@ class Decoder:
             if pa.types.is_null(got.type):
                 continue  # an all-null column (e.g. empty, untyped) fits any type
             if got.type != want.type and _family(got.type) != _family(want.type):
-                raise RejectedMessageError(
-                    "schema-mismatch", f"column {got.name!r} is {got.type}, the plan has "
-                    f"{want.type}; only numeric widening and string/timestamp variants cast")
+                raise self._mismatch(
+                    f"column {got.name!r} is {got.type}, the plan has {want.type}; only "
+                    "numeric widening and string/timestamp variants cast")
         try:
             return table.cast(self._schema, safe=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-            raise RejectedMessageError(
-                "schema-mismatch", f"values do not fit the plan's types: {err}") from err
+            detail = " ".join(str(err).split())[:200]
+            raise self._mismatch(f"values do not fit the plan's types: {detail}") from err
 
     def _event_range(self, table: pa.Table) -> tuple[int | None, int | None]:
         """The smallest and largest event time in epoch milliseconds (floored)."""
@@ -162,6 +185,23 @@ class Decoder:
         if per_ms is None:
             return low * 1_000, high * 1_000
         return low // per_ms, high // per_ms
+
+
+def conformed_schema(plan: AggregationPlan, schema: pa.Schema) -> pa.Schema:
+    """The columns ``plan`` reads from ``schema``, in the types the daemon holds them
+    (numeric aggregates widened to 64 bits); UnsupportedTypeError when Polars cannot
+    take them."""
+    aggregated = {a.name for a in plan.aggregates} | (
+        set(plan.buffered_columns) - {*plan.keys, plan.time_column})
+    conformed = pa.schema([
+        _widened(schema.field(name)) if name in aggregated else schema.field(name)
+        for name in plan.input_columns
+    ])
+    try:  # valid Arrow that Polars refuses (an unknown time zone, say) is refused here
+        pl.DataFrame(conformed.empty_table())
+    except (pl.exceptions.PolarsError, PanicException, ValueError, TypeError) as err:
+        raise UnsupportedTypeError(f"the schema cannot be aggregated: {err}") from err
+    return conformed
 
 
 def poll_frame(tables: Sequence[pa.Table]) -> pl.DataFrame:
@@ -191,12 +231,16 @@ def _widened(field: pa.Field) -> pa.Field:
         return field.with_type(pa.uint64())
     if pa.types.is_floating(kind):
         return field.with_type(pa.float64())
+    if pa.types.is_decimal128(kind):  # the precision may grow; the scale is the unit
+        return field.with_type(pa.decimal128(38, kind.scale))
     return field
 
 
 def _family(kind: pa.DataType) -> str:
     if pa.types.is_integer(kind) or pa.types.is_floating(kind):
         return "numeric"
+    if pa.types.is_decimal128(kind):
+        return "decimal"
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
         return "string"
     if pa.types.is_dictionary(kind):

@@ -1,7 +1,9 @@
-"""What closed windows become: the emitters the pipeline hands them to.
+"""What closed windows become: the emitters the pipeline hands them to, and the log
+lines that say so.
 
 ``ResultEmitter`` encodes results for the output topic (one instance, or stage 2 of the
 scale-out); ``consumer/core/scale_out/stage_one.py`` has the emitter of the scale-out's stage 1.
+``emitted_lines`` says what was emitted, one line per window and revision.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from consumer.core.plan import AggregationPlan
 from consumer.core.types import ClosedWindow, OutputRecord, PartitionKey
 from wire.input import Compression
 from wire.output import REPLACES_COLUMN, OutputFormat, encode_window
+from wire.timestamps import rfc3339_ms
 
 # The result column saying which revision of its window a row is from (window.late:
 # revise), after row_count.
@@ -88,3 +91,30 @@ class ResultEmitter:
     def progress_records(self, frontiers: Mapping[PartitionKey, tuple[int | None, bool]],  # noqa: ARG002
                          closed: Sequence[ClosedWindow]) -> list[OutputRecord]:  # noqa: ARG002
         return []
+
+
+def window_bounds(start_ms: int, end_ms: int) -> str:
+    """``[start, end)`` in RFC 3339, as log lines show a window."""
+    return f"[{rfc3339_ms(start_ms)}, {rfc3339_ms(end_ms)})"
+
+
+def emitted_lines(windows: Sequence[ClosedWindow], *, verb: str = "emitted") -> list[str]:
+    """One line per window and revision: its bounds, the revision and its kind, groups
+    and input rows. The parts of one window (the scale-out's stage 2 emits one per
+    repartition partition) are summed into its line, with how many there were."""
+    totals: dict[tuple[int, int, int, str, bool], list[int]] = {}
+    for window in windows:
+        key = (window.start_ms, window.end_ms, window.revision, window.kind, window.final)
+        groups, rows, parts = totals.get(key, [0, 0, 0])
+        totals[key] = [groups + window.frame.height, rows + window.input_rows, parts + 1]
+    lines = []
+    for (start, end, revision, kind, final), (groups, rows, parts) in totals.items():
+        state = "final" if final else "not final"
+        split = f" in {parts} parts" if parts > 1 else ""
+        lines.append(f"{verb} window {window_bounds(start, end)} revision {revision} ({kind}, "
+                     f"{state}): {_count(groups, 'group')} from {_count(rows, 'row')}{split}")
+    return lines
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -129,6 +129,22 @@ class ParsedExpression:
     columns: tuple[str, ...]
     _tree: ast.expr = field(compare=False, repr=False)
 
+    @property
+    def methods(self) -> frozenset[str]:
+        """The methods it calls (``n_unique``, ``filter``, ...)."""
+        return frozenset(node.func.attr for node in ast.walk(self._tree)
+                         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute))
+
+    @property
+    def caveat(self) -> str:
+        """What it does that the configured aggregate of the same name does not, as
+        ``; ...`` for ``explain`` (empty when nothing)."""
+        if "n_unique" not in self.methods:
+            return ""
+        return ("; .n_unique() counts a null as one more value, as Polars does, where "
+                "aggregation.columns' n_unique counts non-null values only (as SQL's COUNT "
+                "DISTINCT): .filter(pl.col(c).is_not_null()) first to count as it does")
+
     def build(self) -> pl.Expr:
         """The Polars expression (a fresh one each call)."""
         expr, _shape, _columns = _Builder().node(self._tree, 0)

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from consumer.core.decode import DecodedMessage
 from consumer.core.offsets import CommitMetadata
+from wire.timestamps import rfc3339_ms
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,8 @@ def without_future_progress(metadata: CommitMetadata | None, bound_ms: int,
     poisoned = [t for t in (frontier, seen) if t is not None and t > bound_ms]
     if not poisoned:
         return metadata
-    log.warning("committed progress reaches %d ms, after now + window.max_future_ms (%d ms): "
-                "ignoring it", max(poisoned), bound_ms)
+    log.warning("committed progress reaches %s, after now + window.max_future_ms (%s): "
+                "ignoring it", rfc3339_ms(max(poisoned)), rfc3339_ms(bound_ms))
     return replace(metadata,
                    frontier=None if frontier is not None and frontier > bound_ms else frontier,
                    max_event_ms=None if seen is not None and seen > bound_ms else seen)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import polars as pl
 import pyarrow as pa
@@ -42,6 +41,7 @@ from consumer.core.types import (
     partition_names,
 )
 from consumer.core.windows.engine import UnplannedEngine, WindowEngine
+from wire.timestamps import rfc3339_ms
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,8 @@ class Pipeline:
             if assignment is not None and assignment.first_seen is None:
                 assignment.first_seen = message.offset
             try:
-                decoded = self._decoder.decode(message.value, message.headers)
+                decoded = self._decoder.decode(message.value, message.headers,
+                                               where=_where(message))
             except RejectedMessageError as err:
                 if self._reject(message, err, assignment):
                     rejected.append(err.reason)
@@ -192,7 +193,7 @@ class Pipeline:
             return decoded  # the usual case: one comparison per message
         kept, future = split_future(decoded, plan.time_column, bound_ms)
         err = RejectedMessageError(FUTURE, f"{future.num_rows} of {decoded.table.num_rows} rows "
-                                   f"have event times after {_iso(bound_ms)}, the wall clock "
+                                   f"have event times after {rfc3339_ms(bound_ms)}, the wall clock "
                                    "plus window.max_future_ms")
         topic, partition = message.partition
         log.warning("rejected rows of %s[%d]@%d: %s", topic, partition, message.offset, err)
@@ -215,8 +216,7 @@ class Pipeline:
     def _reject(self, message: InputMessage, err: RejectedMessageError,
                 assignment: _Assignment | None) -> bool:
         """Dead-letter ``message``; False when it was dead-lettered before a restart."""
-        topic, partition = message.partition
-        where = f"{topic}[{partition}]@{message.offset}"
+        where = _where(message)
         if assignment is not None and assignment.replayed(message.offset):
             # Its dead letter was committed then, with the output of the same
             # transaction: writing it again would duplicate it.
@@ -345,5 +345,6 @@ class Pipeline:
         return []
 
 
-def _iso(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
+def _where(message: InputMessage) -> str:
+    topic, partition = message.partition
+    return f"{topic}[{partition}]@{message.offset}"

@@ -145,7 +145,8 @@ class AggregationPlan:
             lines += [
                 f"  {e.name!r}: {e.expression.text} -- buffers the window's values of "
                 f"{', '.join(map(repr, e.expression.columns))} (an expression runs over "
-                "each (window, keys) group's rows)" for e in self.expressions
+                f"each (window, keys) group's rows){e.expression.caveat}"
+                for e in self.expressions
             ]
         if buffered := self.buffered_columns:
             lines.append(f"buffered per window: {', '.join(map(repr, buffered))} (counted "

@@ -21,7 +21,15 @@ from confluent_kafka.admin._metadata import ClusterMetadata  # admin re-exports 
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
-from consumer.config import KafkaSettings, ProcessingSettings, ScaleOutSettings, SecuritySettings
+from consumer.config import (
+    KafkaSettings,
+    ProcessingSettings,
+    ScaleOutSettings,
+    SecuritySettings,
+    Settings,
+)
+from consumer.kafka.librdkafka_log import librdkafka_logger
+from wire.broker import nothing_listens
 from wire.errors import ArrowaggError
 
 log = logging.getLogger(__name__)
@@ -31,6 +39,36 @@ _BROKER_PREFIX = re.compile(r"^\S+/\S+: ")  # librdkafka's "host:port/id: "
 
 class KafkaSetupError(ArrowaggError):
     """The broker is unreachable or a topic is missing; one line for the user."""
+
+
+# Where the broker's address is set, as an error's hint names it until a command line,
+# which knows where its address came from, names the real place (``mended_at``).
+BOOTSTRAP_SETTING = "kafka.bootstrap_servers or KAFKA_BOOTSTRAP_SERVERS"
+CREATE_COMMAND = "python -m consumer topics create --config CONFIG"
+
+
+class KafkaUnreachableError(KafkaSetupError):
+    """No broker answered at the bootstrap servers."""
+
+    def __init__(self, problem: str, where: str = BOOTSTRAP_SETTING) -> None:
+        super().__init__(f"{problem}; check {where}")
+        self.problem = problem
+
+    def mended_at(self, where: str) -> KafkaUnreachableError:
+        """The same error, naming ``where`` the address was set (a flag, a file's key)."""
+        return KafkaUnreachableError(self.problem, where)
+
+
+class MissingTopicsError(KafkaSetupError):
+    """Topics the daemon needs do not exist."""
+
+    def __init__(self, problem: str, create: str = CREATE_COMMAND) -> None:
+        super().__init__(f"{problem}; create them: {create}")
+        self.problem = problem
+
+    def mended_at(self, create: str) -> MissingTopicsError:
+        """The same error, naming the command that creates them for this config."""
+        return MissingTopicsError(self.problem, create)
 
 
 RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
@@ -64,7 +102,7 @@ def _common(kafka: KafkaSettings) -> dict[str, Any]:
     return {
         "bootstrap.servers": kafka.bootstrap_servers,
         "client.id": kafka.client_id,
-        "logger": logging.getLogger("librdkafka"),
+        "logger": librdkafka_logger(),
         **security_config(kafka.security),
     }
 
@@ -88,6 +126,11 @@ def security_config(security: SecuritySettings) -> dict[str, Any]:
 
 def instance_id(processing: ProcessingSettings) -> str:
     return processing.instance_id or socket.gethostname()
+
+
+def daemon_identity(settings: Settings) -> str:
+    """``<group_id>-<instance_id>``: one running daemon (its transactional.id)."""
+    return f"{settings.kafka.group_id}-{instance_id(settings.processing)}"
 
 
 def consumer_config(kafka: KafkaSettings, processing: ProcessingSettings) -> dict[str, Any]:
@@ -180,11 +223,15 @@ def cluster_metadata(client: AdminClient | Consumer, kafka: KafkaSettings,
     """All topics' metadata; KafkaSetupError (one line) when no broker answers in time.
 
     Asks for every topic rather than some: asking for one may auto-create it."""
+    if (refused := nothing_listens(kafka.bootstrap_servers)) is not None:
+        # No broker can answer: say so now rather than after the whole timeout.
+        raise KafkaUnreachableError(f"cannot reach Kafka at {kafka.bootstrap_servers} "
+                                     f"({refused})")
     try:
         metadata: ClusterMetadata = client.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         client.poll(0.1)  # serves error_cb
-        raise KafkaSetupError(_unreachable(kafka, timeout_s, exc.args[0], errors)) from exc
+        raise _unreachable(kafka, timeout_s, exc.args[0], errors) from exc
     return metadata
 
 
@@ -199,9 +246,8 @@ def check_topics(kafka: KafkaSettings, topics: list[str], *, timeout_s: float = 
     metadata = cluster_metadata(admin, kafka, errors, timeout_s)
     missing = [t for t in topics if t not in metadata.topics]
     if missing:
-        raise KafkaSetupError(
-            f"topic(s) {', '.join(missing)} do not exist on {kafka.bootstrap_servers}; "
-            "create them: python -m consumer topics create --config CONFIG")
+        raise MissingTopicsError(
+            f"topic(s) {', '.join(missing)} do not exist on {kafka.bootstrap_servers}")
     needs = max_message_bytes or {}
     limits = topic_message_limits(admin, list(needs), timeout_s)
     for topic, (needed, setting) in needs.items():
@@ -237,16 +283,17 @@ def topic_message_limits(admin: AdminClient, topics: list[str],
 
 
 def _unreachable(kafka: KafkaSettings, timeout_s: float, error: KafkaError,
-                 seen: list[KafkaError]) -> str:
+                 seen: list[KafkaError]) -> KafkaSetupError:
     where = kafka.bootstrap_servers
     auth = next((e for e in seen if e.code() == KafkaError._AUTHENTICATION), None)
     if auth is not None:
-        return (f"Kafka at {where} refused to authenticate us ({_reason(auth)}); check "
-                "kafka.security: security_protocol, sasl_mechanism, sasl_username, "
-                "sasl_password (or its file / ARROWAGG_KAFKA__SECURITY__SASL_PASSWORD)")
+        return KafkaSetupError(
+            f"Kafka at {where} refused to authenticate us ({_reason(auth)}); check "
+            "kafka.security: security_protocol, sasl_mechanism, sasl_username, "
+            "sasl_password (or its file / ARROWAGG_KAFKA__SECURITY__SASL_PASSWORD)")
     detail = _reason(seen[0]) if seen else error.str()
-    return (f"cannot reach Kafka at {where} within {timeout_s:.0f}s ({detail}); "
-            "check kafka.bootstrap_servers or KAFKA_BOOTSTRAP_SERVERS")
+    return KafkaUnreachableError(f"cannot reach Kafka at {where} within {timeout_s:.0f}s "
+                                  f"({detail})")
 
 
 def _reason(error: KafkaError) -> str:
@@ -274,10 +321,7 @@ def ensure_repartition_topic(kafka: KafkaSettings, scale_out: ScaleOutSettings, 
     errors: list[KafkaError] = []
     admin = _admin(kafka, errors)
     name, wanted = scale_out.repartition_topic, scale_out.partitions
-    try:
-        topics = admin.list_topics(timeout=timeout_s).topics
-    except KafkaException as exc:
-        raise KafkaSetupError(_unreachable(kafka, timeout_s, exc.args[0], errors)) from exc
+    topics = cluster_metadata(admin, kafka, errors, timeout_s).topics
     if name in topics:
         have = len(topics[name].partitions)
         if have != wanted:
@@ -301,9 +345,6 @@ def topic_partitions(kafka: KafkaSettings, topics: list[str], *,
                      timeout_s: float = 10.0) -> set[tuple[str, int]]:
     """Every (topic, partition) of ``topics``, as the broker lists them now."""
     errors: list[KafkaError] = []
-    try:
-        metadata = _admin(kafka, errors).list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise KafkaSetupError(_unreachable(kafka, timeout_s, exc.args[0], errors)) from exc
+    metadata = cluster_metadata(_admin(kafka, errors), kafka, errors, timeout_s)
     return {(topic, partition) for topic in topics if topic in metadata.topics
             for partition in metadata.topics[topic].partitions}

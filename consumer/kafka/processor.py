@@ -19,6 +19,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from consumer.config import ProcessingSettings
+from consumer.core.emit import emitted_lines
 from consumer.core.offsets import CommitMetadata, CommitPoint
 from consumer.core.poll import Counters, Flush, PollPipeline, TurnSnapshot
 from consumer.core.types import InputMessage, PartitionKey, partition_names
@@ -386,6 +387,5 @@ def _names(partitions: list[TopicPartition]) -> str:
 
 
 def _log_emitted(flush: Flush) -> None:
-    for window in flush.windows:
-        log.info("emitted window [%d, %d): %d groups from %d rows", window.start_ms,
-                 window.end_ms, window.frame.height, window.input_rows)
+    for line in emitted_lines(flush.windows):
+        log.info("%s", line)

@@ -1,5 +1,6 @@
-"""Read the daemon's topics: output windows (``read_output``) and dead letters
-(``read_dead_letters``), for Python callers and for ``python -m consumer tail``.
+"""Read the daemon's topics: output windows (``read_output``), dead letters
+(``read_dead_letters``) and late records (``read_late_records``), for Python callers and
+for ``python -m consumer tail`` (consumer/kafka/tail_views.py shows them).
 
 The reader joins no consumer group: it is assigned every partition of the topic, from
 its beginning or its end, so it commits nothing and starts at once. It reads with
@@ -10,35 +11,43 @@ that does not hold what was asked for, a broker lost while waiting.
 
 from __future__ import annotations
 
-import json
-import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
-from typing import Any, TextIO
+from typing import Any, Literal, TypeVar
 
 import polars as pl
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
 
 from consumer.config import KafkaSettings
 from consumer.core.dlq import DLQ_HEADER_PREFIX
+from consumer.core.late import LATE_HEADER_PREFIX
 from consumer.kafka.clients import KafkaSetupError, cluster_metadata, quiet_config
 from wire.complete import WindowAssembler
 from wire.errors import UsageError
-from wire.input import HEADER_SCHEMA_FINGERPRINT
-from wire.output import OutputFormatError, OutputWindow, decode_message
+from wire.input import HEADER_CHUNK, HEADER_SCHEMA_FINGERPRINT, WireFormatError, decode_ipc_stream
+from wire.output import (
+    HEADER_WINDOW_END,
+    HEADER_WINDOW_START,
+    OutputFormatError,
+    OutputWindow,
+    WindowEnd,
+    decode_message,
+)
+from wire.timestamps import rfc3339_ms
 
 # A bootstrap address, or the daemon's Kafka settings (security included).
 Source = str | KafkaSettings
 # Told about each message skipped as not what was asked for (a line for a human).
 Skipped = Callable[[str], None]
+Decoded = TypeVar("Decoded")
 
 CONNECT_TIMEOUT_S = 10.0
 
 
 class NotOutputError(UsageError):
-    """The topic holds something else than what was asked for (windows, dead letters)."""
+    """The topic holds something else than what was asked for (windows, dead letters,
+    late records)."""
 
 
 @dataclass(frozen=True)
@@ -75,11 +84,28 @@ class DeadLetter:
     daemon_version: str
 
     def as_json(self) -> dict[str, Any]:
-        return {"origin": self.origin, "origin_timestamp": _iso(self.origin_timestamp_ms),
+        stamp = self.origin_timestamp_ms
+        return {"origin": self.origin,
+                "origin_timestamp": None if stamp is None else rfc3339_ms(stamp),
                 "reason": self.reason, "message": self.message,
                 "consumer_group": self.consumer_group, "daemon_version": self.daemon_version,
                 "value_bytes": len(self.record.value or b""), "key": _text(self.record.key),
                 "dead_letter": self.record.where}
+
+
+@dataclass(frozen=True)
+class LateRecord:
+    """Rows that came after their window was emitted (consumer/core/late.py): ``rows``,
+    input rows of the message ``origin`` with the window they missed; or ``aggregate``,
+    the scale-out's finalized results of partial states that came too late."""
+
+    record: Record  # the late record itself, on the late topic
+    kind: Literal["rows", "aggregate"]
+    origin: str | None  # where the input message was (rows only): topic[partition]@offset
+    start_ms: int
+    end_ms: int
+    chunk: tuple[int, int]
+    frame: pl.DataFrame  # window_start and window_end as timestamps, like the output's
 
 
 def read_records(source: Source, topics: list[str], *, from_beginning: bool = True,
@@ -143,19 +169,10 @@ def read_output(bootstrap_servers: Source, topic: str, *, from_beginning: bool =
     ``complete``: yield each window once, whole, when all its messages are in (its
     chunks, revisions and, with the scale-out, every part: wire/complete.py); otherwise
     the scale-out's end-of-window markers are not yielded."""
-    seen_one = False
     assembler = WindowAssembler()
-    for record in read_records(bootstrap_servers, [topic], from_beginning=from_beginning,
-                               idle_timeout_s=idle_timeout_s, limit=max_windows):
-        try:
-            decoded = decode_message(record.value, record.headers)
-        except OutputFormatError as err:
-            problem = f"{record.where} is not arrowagg output ({err}){_hint(record)}"
-            if on_skipped is None or not seen_one:
-                raise NotOutputError(problem) from None
-            on_skipped(f"skipped {problem}")
-            continue
-        seen_one = True
+    records = read_records(bootstrap_servers, [topic], from_beginning=from_beginning,
+                           idle_timeout_s=idle_timeout_s, limit=max_windows)
+    for decoded in _read_as(records, _output_message, on_skipped):
         if complete:
             if (whole := assembler.add(decoded)) is not None:
                 yield whole
@@ -167,27 +184,58 @@ def read_dead_letters(source: Source, topic: str, *, from_beginning: bool = True
                       idle_timeout_s: float = 5.0, limit: int | None = None,
                       on_skipped: Skipped | None = None) -> Iterator[DeadLetter]:
     """The dead letters on ``topic``, as ``read_output`` reads windows."""
+    records = read_records(source, [topic], from_beginning=from_beginning,
+                           idle_timeout_s=idle_timeout_s, limit=limit)
+    yield from _read_as(records, _dead_letter, on_skipped)
+
+
+def read_late_records(source: Source, topic: str, *, from_beginning: bool = True,
+                      idle_timeout_s: float = 5.0, limit: int | None = None,
+                      on_skipped: Skipped | None = None) -> Iterator[LateRecord]:
+    """The late records on ``topic`` (``output.late_topic``), as ``read_output`` reads
+    windows."""
+    records = read_records(source, [topic], from_beginning=from_beginning,
+                           idle_timeout_s=idle_timeout_s, limit=limit)
+    yield from _read_as(records, _late_record, on_skipped)
+
+
+class _NotThisError(Exception):
+    """A record that is not what the reader reads; ``str()``: what it is not, and why."""
+
+
+def _read_as(records: Iterator[Record], decode: Callable[[Record], Decoded],
+             on_skipped: Skipped | None) -> Iterator[Decoded]:
+    """Each record decoded; one that is not what was asked for raises NotOutputError,
+    or, after the first good one and with ``on_skipped``, is reported there."""
     seen_one = False
-    for record in read_records(source, [topic], from_beginning=from_beginning,
-                               idle_timeout_s=idle_timeout_s, limit=limit):
-        letter = _dead_letter(record)
-        if letter is None:
-            problem = (f"{record.where} is not a dead letter (no {DLQ_HEADER_PREFIX}error-class "
-                       f"header){_hint(record)}")
+    for record in records:
+        try:
+            decoded = decode(record)
+        except _NotThisError as err:
+            problem = f"{record.where} is not {err}{_hint(record)}"
             if on_skipped is None or not seen_one:
-                raise NotOutputError(problem)
+                raise NotOutputError(problem) from None
             on_skipped(f"skipped {problem}")
             continue
         seen_one = True
-        yield letter
+        yield decoded
 
 
-def _dead_letter(record: Record) -> DeadLetter | None:
+def _output_message(record: Record) -> OutputWindow | WindowEnd:
+    if _is_late(record) or record.header(DLQ_HEADER_PREFIX + "error-class") is not None:
+        raise _NotThisError("arrowagg output")
+    try:
+        return decode_message(record.value, record.headers)
+    except OutputFormatError as err:
+        raise _NotThisError(f"arrowagg output ({err})") from None
+
+
+def _dead_letter(record: Record) -> DeadLetter:
     def field(name: str) -> str:
         return record.header(DLQ_HEADER_PREFIX + name) or ""
 
     if record.header(DLQ_HEADER_PREFIX + "error-class") is None:
-        return None
+        raise _NotThisError(f"a dead letter (no {DLQ_HEADER_PREFIX}error-class header)")
     origin = (f"{field('original-topic')}[{field('original-partition')}]"
               f"@{field('original-offset')}")
     stamp = field("original-timestamp")
@@ -196,20 +244,50 @@ def _dead_letter(record: Record) -> DeadLetter | None:
                       field("daemon-version"))
 
 
+def _late_record(record: Record) -> LateRecord:
+    if not _is_late(record):
+        raise _NotThisError(f"a late record (no {LATE_HEADER_PREFIX}* header)")
+    late = LATE_HEADER_PREFIX
+    topic = record.header(late + "original-topic")
+    origin = None if topic is None else (f"{topic}[{record.header(late + 'original-partition')}]"
+                                         f"@{record.header(late + 'original-offset')}")
+    try:
+        start = int(record.header(HEADER_WINDOW_START) or "")
+        end = int(record.header(HEADER_WINDOW_END) or "")
+        index, _, count = (record.header(HEADER_CHUNK) or "1/1").partition("/")
+        frame = pl.DataFrame(decode_ipc_stream(record.value))
+    except (ValueError, WireFormatError) as err:
+        raise _NotThisError(f"a readable late record ({err})") from None
+    bounds = [pl.col(c).cast(pl.Datetime("ms", "UTC")) for c in ("window_start", "window_end")
+              if c in frame.columns and frame.schema[c].is_integer()]
+    kind: Literal["rows", "aggregate"] = (
+        "aggregate" if record.header(late + "kind") == "aggregate" else "rows")
+    return LateRecord(record, kind, origin, start, end, (int(index), int(count)),
+                      frame.with_columns(bounds) if bounds else frame)
+
+
+def _is_late(record: Record) -> bool:
+    return any(name.startswith(LATE_HEADER_PREFIX) for name, _ in record.headers)
+
+
 def _hint(record: Record) -> str:
     if record.header(HEADER_SCHEMA_FINGERPRINT) is not None:
         return "; it is arrowagg input: tail the output topic (output.topic)"
     if record.header(DLQ_HEADER_PREFIX + "error-class") is not None:
         return "; it is a dead letter: use tail --dlq"
+    if _is_late(record):
+        return "; it is a late record: use tail --late"
+    if record.header(HEADER_WINDOW_START) is not None:
+        return "; it is an output window: use tail --topic"
     return ""
 
 
-def peek_first_value(source: Source, topics: list[str], *,
-                     timeout_s: float = 10.0) -> bytes | None:
-    """The value of the first message found on ``topics``, without committing anything."""
+def peek_first_record(source: Source, topics: list[str], *,
+                      timeout_s: float = 10.0) -> Record | None:
+    """The first message found on ``topics``, without committing anything."""
     for record in read_records(source, topics, idle_timeout_s=timeout_s, limit=1,
                                connect_timeout_s=timeout_s):
-        return record.value
+        return record
     return None
 
 
@@ -221,87 +299,5 @@ def read_windows(bootstrap_servers: Source, topic: str, *, idle_timeout_s: float
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
-# -- on a terminal -----------------------------------------------------------------------
-
-
-_KIND_WORDS = {"full": "the whole window", "delta": "rows since the last revision, to add",
-               "update": "changed groups, replacing theirs"}
-_SESSION_KIND_WORDS = {**_KIND_WORDS, "full": "whole sessions",
-                       "update": "whole sessions, replacing those they name"}
-
-
-def print_window(window: OutputWindow, out: TextIO, *, max_rows: int = 20) -> None:
-    chunk = "" if window.chunk == (1, 1) else f" chunk {window.chunk[0]}/{window.chunk[1]}"
-    start = _iso(window.start_ms)
-    end = _iso(window.end_ms)
-    words = _SESSION_KIND_WORDS if window.sessions else _KIND_WORDS
-    revision = "" if window.revision == 0 and window.kind == "full" else (
-        f", revision {window.revision} ({words[window.kind]})")
-    what = "sessions" if window.sessions else "groups"
-    replaced = "" if window.replaced is None or window.replaced.height == 0 else (
-        f"; replacing {window.replaced.height} held session rows")
-    out.write(f"{'sessions' if window.sessions else 'window'} [{start}, {end}){chunk}: "
-              f"{window.frame.height} {what}, {window.window_rows} input rows, "
-              f"{'final' if window.final else 'partial'}{revision}{replaced}\n")
-    frame = window.frame
-    bounds = [c for c in ("window_start", "window_end") if c in frame.columns]
-    if all(frame.get_column(c).n_unique() <= 1 for c in bounds):  # else: sessions, per row
-        frame = frame.drop(bounds)
-    with pl.Config(tbl_rows=max_rows, tbl_cols=-1, tbl_width_chars=160,
-                   tbl_hide_dataframe_shape=True):
-        out.write(f"{frame}\n")
-    out.flush()
-
-
-def window_json(window: OutputWindow) -> str:
-    """One line of JSON for a window (for jq): its bounds, flags and every result row."""
-    document = {"window_start": _iso(window.start_ms), "window_end": _iso(window.end_ms),
-                "final": window.final, "revision": window.revision, "kind": window.kind,
-                "input_rows": window.window_rows, "chunk": list(window.chunk),
-                "rows": _rows(window.frame)}
-    if window.sessions:
-        document["sessions"] = True
-    if window.replaced is not None:
-        document["replaced"] = _rows(window.replaced)
-    return json.dumps(document, default=_jsonable, ensure_ascii=False)
-
-
-def _rows(frame: pl.DataFrame) -> list[dict[str, object]]:
-    return [{k: _finite(v) for k, v in row.items()} for row in frame.to_dicts()]
-
-
-def print_dead_letter(letter: DeadLetter, out: TextIO) -> None:
-    out.write(f"{letter.origin} ({_iso(letter.origin_timestamp_ms)}): {letter.reason}: "
-              f"{letter.message} [{len(letter.record.value or b'')} bytes, group "
-              f"{letter.consumer_group}, dead letter {letter.record.where}]\n")
-    out.flush()
-
-
-def dead_letter_json(letter: DeadLetter) -> str:
-    return json.dumps(letter.as_json(), ensure_ascii=False)
-
-
-def _jsonable(value: object) -> object:
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
-
-
-def _finite(value: object) -> object:
-    """NaN and infinities are not JSON: null, as a missing aggregate would be."""
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
 def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode(errors="replace")
-
-
-def _iso(epoch_ms: int | None) -> str | None:
-    if epoch_ms is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_ms / 1000)) + (
-        f".{epoch_ms % 1000:03d}Z")

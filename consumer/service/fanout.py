@@ -17,6 +17,7 @@ from consumer.core.types import ClosedWindow, PartitionKey
 from consumer.service.health import HealthServer
 from consumer.service.metrics import Metrics
 from consumer.service.observer import ProcessorObserver
+from consumer.service.port_file import port_file
 from consumer.service.sdnotify import SystemdNotifier, notifier_from_environ
 
 log = logging.getLogger(__name__)
@@ -122,16 +123,20 @@ class ServiceObserver:
 
 
 def start_service(settings: ServiceSettings, environ: Mapping[str, str], *,
-                  read_committed: bool = True,
+                  identity: str | None = None, read_committed: bool = True,
                   others: Sequence[ProcessorObserver] = ()) -> ServiceObserver:
     """Metrics, the HTTP server (unless ``http_port`` is None) and the systemd notifier
-    (``environ``: systemd's variables); raises ServiceSetupError when the port cannot be
-    opened. ``read_committed``: the input's isolation level, which sets how lag is read."""
+    (``environ``: systemd's variables and where the port file goes); raises
+    ServiceSetupError when no port can be opened. ``identity``: the daemon's
+    ``<group_id>-<instance_id>``, which names its port file (consumer/service/port_file.py).
+    ``read_committed``: the input's isolation level, which sets how lag is read."""
     metrics = Metrics(read_committed=read_committed)
     health = None
-    if settings.http_port is not None:
-        health = HealthServer(settings.http_host, settings.http_port,
-                              metrics=metrics.exposition,
-                              liveness_timeout_s=settings.liveness_timeout_s)
+    if ports := settings.http_ports():
+        health = HealthServer(settings.http_host, ports, metrics=metrics.exposition,
+                              liveness_timeout_s=settings.liveness_timeout_s,
+                              identity=identity,
+                              port_file=None if identity is None else port_file(identity,
+                                                                                environ))
     return ServiceObserver(metrics, notifier_from_environ(environ, metrics.summary), health,
                            others=others)

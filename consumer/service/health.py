@@ -11,15 +11,18 @@ stores two values (the last loop turn, readiness), which the server thread reads
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from consumer.service.observer import NullObserver
+from consumer.service.port_file import INSTANCE_HEADER, remove_port, write_port
 from wire.errors import ArrowaggError
 
 log = logging.getLogger(__name__)
@@ -30,25 +33,30 @@ class ServiceSetupError(ArrowaggError):
 
 
 class HealthServer(NullObserver):
-    def __init__(self, host: str, port: int, *, metrics: Callable[[], bytes],
-                 liveness_timeout_s: float,
+    def __init__(self, host: str, ports: int | Sequence[int], *, metrics: Callable[[], bytes],
+                 liveness_timeout_s: float, identity: str | None = None,
+                 port_file: Path | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """Serve on the first free port of ``ports`` (0: any free port). ``identity``
+        (``<group_id>-<instance_id>``) is sent with every answer, so a healthcheck can
+        tell this daemon from another that took its old port; ``port_file`` is where
+        the port taken is written while serving."""
         self._metrics = metrics
         self._timeout_s = liveness_timeout_s
         self._clock = clock
         self._last_turn = clock()
         self._ready = False
-        try:
-            self._server = _Server((host, port), _Handler, self)
-        except OSError as err:
-            raise ServiceSetupError(
-                f"cannot serve HTTP on {host}:{port} ({err.strerror}); choose another "
-                "service.http_port (0: any free port) or set it to null") from None
+        self.identity = identity
+        self._server = _bind(host, (ports,) if isinstance(ports, int) else tuple(ports), self)
+        self._port_file = port_file
+        if port_file is not None:
+            write_port(port_file, host, self.port)
         # A short poll interval keeps close() quick; serving itself does not wait on it.
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,),
                                         name="arrowagg-http", daemon=True)
         self._thread.start()
-        log.info("serving /metrics, /healthz, /readyz on http://%s:%d", host, self.port)
+        log.info("serving /metrics, /healthz, /readyz on http://%s:%d%s", host, self.port,
+                 f" (written to {port_file})" if port_file is not None else "")
 
     @property
     def port(self) -> int:
@@ -57,6 +65,8 @@ class HealthServer(NullObserver):
     def close(self) -> None:
         if not self._thread.is_alive():
             return
+        if self._port_file is not None:
+            remove_port(self._port_file)
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
@@ -91,6 +101,24 @@ class HealthServer(NullObserver):
         return 404, text, b"try /metrics, /healthz or /readyz\n"
 
 
+def _bind(host: str, ports: tuple[int, ...], health: HealthServer) -> _Server:
+    """A server on the first port of ``ports`` that is free; ServiceSetupError (one line)
+    when none is."""
+    for port in ports:
+        try:
+            return _Server((host, port), _Handler, health)
+        except OSError as err:
+            if err.errno != errno.EADDRINUSE or port == ports[-1]:
+                where = (f"{host}:{port} ({err.strerror})" if len(ports) == 1
+                         or err.errno != errno.EADDRINUSE
+                         else f"{host}: ports {ports[0]}-{ports[-1]} are all taken")
+                raise ServiceSetupError(
+                    f"cannot serve HTTP on {where}; set service.http_port to another port "
+                    "or range (0: any free port), or to null for no HTTP server") from None
+            log.debug("HTTP port %d is taken; trying the next", port)
+    raise ServiceSetupError("service.http_port gives no port to serve on")
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -107,6 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
         status, content_type, body = self.server.health.respond(self.path.split("?", 1)[0])
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        if self.server.health.identity is not None:
+            self.send_header(INSTANCE_HEADER, self.server.health.identity)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

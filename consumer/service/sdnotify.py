@@ -29,6 +29,10 @@ class SystemdNotifier(NullObserver):
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._address = "\0" + address[1:] if address and address.startswith("@") else address
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) if address else None
+        if self._socket is not None:
+            # A manager that does not read yet must not stop the main loop: a blocking
+            # send waits as soon as 10 datagrams are unread (net.unix.max_dgram_qlen).
+            self._socket.settimeout(0.0)
         self._watchdog_s = watchdog_usec / 2_000_000 if watchdog_usec else None
         self._status = status
         self._clock = clock
@@ -47,6 +51,9 @@ class SystemdNotifier(NullObserver):
             return
         try:
             self._socket.sendto("\n".join(assignments).encode(), self._address)
+        except BlockingIOError:
+            # The manager has unread messages already; a ping or status more is nothing.
+            log.debug("systemd's notify socket is full; dropped %s", ", ".join(assignments))
         except OSError as err:
             if not self._failed:  # once: the manager may be gone while we stop
                 log.warning("cannot notify systemd at %s: %s", self._address, err)

@@ -44,7 +44,7 @@ def taken_port() -> Iterator[int]:
 
 def config(tmp_path: Path, port: int, bootstrap: str = "127.0.0.1:1") -> Path:
     text = (REPO / "config.yaml").read_text()
-    text = text.replace("http_port: 9464", f"http_port: {port}")
+    text = text.replace("http_port: 9464-9474", f"http_port: {port}")
     text = text.replace("bootstrap_servers: 127.0.0.1:9092", f"bootstrap_servers: {bootstrap}")
     path = tmp_path / "config.yaml"
     path.write_text(text)
@@ -69,7 +69,9 @@ def test_an_unreachable_broker_closes_the_http_server_and_restores_signals(
         port = int(probe.getsockname()[1])
     assert main(["run", "--config", str(config(tmp_path, port))]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("consumer: cannot reach Kafka at 127.0.0.1:1 within 5s")
+    assert err[-1] == ("consumer: cannot reach Kafka at 127.0.0.1:1 (nothing listens there: "
+                       f"Connection refused); check kafka.bootstrap_servers in {tmp_path}/"
+                       "config.yaml")
     assert f"on http://127.0.0.1:{port}" in "\n".join(err)
     assert [signal.getsignal(s) for s in SIGNALS] == before
     with socket.socket() as again:  # closed: the port can be bound again

@@ -7,8 +7,7 @@ import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
-from consumer.compose import plan_for
-from consumer.config import settings_from_dict
+from consumer.config import plan_for, settings_from_dict
 from tests.consumer.kafka.rig import ABSENT, SITES, SOURCE, Rig, config
 
 SCHEMA = pa.schema([("site", pa.string()), ("ts", pa.timestamp("ms", tz="UTC")),

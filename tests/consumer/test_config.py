@@ -296,7 +296,7 @@ def test_a_window_size_must_be_a_whole_number(value: object, shown: str) -> None
 @pytest.mark.parametrize(("section", "key"), [
     ("processing", "poll_max_messages"), ("processing", "commit_interval_ms"),
     ("input", "max_message_bytes"), ("output", "max_message_bytes"),
-    ("service", "http_port"), ("dlq_limit", "window_messages"),
+    ("dlq_limit", "window_messages"),
 ])
 def test_every_integer_setting_refuses_booleans_and_text(section: str, key: str) -> None:
     base = minimal()
@@ -304,6 +304,20 @@ def test_every_integer_setting_refuses_booleans_and_text(section: str, key: str)
         data = {**base, section: {**base.get(section, {}), key: value}}
         assert config_error(data).startswith(f"config.yaml: {section}.{key}: must be a whole "
                                              "number, not ")
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (True, "true"), ("5", "'5'"), ("9474-9464", "'9474-9464'"), (70_000, "70000"),
+    ("0-10", "'0-10'"),
+])
+def test_the_http_port_is_a_port_a_range_or_null(value: object, shown: str) -> None:
+    assert config_error(minimal(service={"http_port": value})) == (
+        "config.yaml: service.http_port: must be a port (0: any free one), a range of ports "
+        f"like 9464-9474, or null for no HTTP server; not {shown}")
+    for fine, ports in ((9464, (9464,)), ("9464-9466", (9464, 9465, 9466)), (0, (0,)),
+                        (None, ())):
+        assert settings_from_dict(minimal(service={"http_port": fine})).service.http_ports(
+            ) == ports
 
 
 def test_text_settings_refuse_numbers() -> None:
@@ -503,8 +517,14 @@ def test_the_scale_out_refuses_windows_stage_2_cannot_merge(
 
 
 @pytest.mark.parametrize(("window", "says"), [
-    ({"late": "revise"}, "late: revise needs revision_lateness_ms"),
-    ({"revision_lateness_ms": 5_000}, "late: revise needs revision_lateness_ms"),
+    ({"late": "revise"}, ("config.yaml: window: late: revise needs revision_lateness_ms: how "
+                         "long past its end an emitted window is kept for late rows to "
+                         "revise it")),
+    ({"revision_lateness_ms": 5_000}, ("config.yaml: window: revision_lateness_ms applies to "
+                                      "late: revise only, and late is topic; remove it or "
+                                      "set late: revise")),
+    ({"late": "drop", "revision_lateness_ms": 5_000}, ("late is drop; remove it or set late: "
+                                                      "revise")),
     ({"late": "revise", "revision_lateness_ms": 0}, "greater than 0"),
     ({"late": "later"}, "'topic', 'revise' or 'drop'"),
     ({"late": "revise", "revision_lateness_ms": 1_000_000},

@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from consumer.cli import main
-from consumer.compose import build_engine, plan_for
-from consumer.config import ConfigError, settings_from_dict
+from consumer.compose import build_engine
+from consumer.config import ConfigError, plan_for, settings_from_dict
 from consumer.core.plan import PlanError
 from consumer.core.windows.session.engine import SessionWindowEngine
-from consumer.kafka.tail import print_window
+from consumer.kafka.tail_views import print_window
 from tests.conftest import REPO
 from wire.output import OutputWindow
 
@@ -114,21 +114,21 @@ def test_explain_names_the_windows_before_the_aggregates(
     assert "'reading_sum': sum" in out
 
 
-def test_tail_shows_each_sessions_own_bounds() -> None:
+def test_tail_shows_each_sessions_own_bounds_even_when_a_message_holds_one() -> None:
     utc = pl.Datetime("ms", "UTC")
     sessions = pl.DataFrame({
         "window_start": [1_000, 5_000], "window_end": [1_400, 5_100], "site": ["a", "b"],
         "row_count": [3, 1]}).with_columns(pl.col("window_start", "window_end").cast(utc))
-    tumbling = sessions.with_columns(pl.lit(0).cast(utc).alias("window_start"),
-                                     pl.lit(10_000).cast(utc).alias("window_end"))
     shown = []
-    for frame in (sessions, tumbling):
+    for frame in (sessions, sessions.head(1)):
         out = io.StringIO()
         print_window(OutputWindow(0, 10_000, final=True, revision=0, window_rows=4,
                                   chunk=(1, 1), frame=frame), out)
         shown.append(out.getvalue())
     assert "00:00:01.400" in shown[0]  # each session's end, in its row
-    assert "window_start" not in shown[1]  # one window: its bounds are in the heading
+    assert "00:00:05.100" in shown[0]
+    assert "00:00:01.400" in shown[1], "one session: its bounds stay in the table"
+
 
 
 def test_revising_sessions_keep_replaces_for_themselves_and_say_so_in_words(

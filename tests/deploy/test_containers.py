@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from consumer.cli import _parser as consumer_parser
 from consumer.config import load_settings
 from consumer.healthcheck import DEFAULT_PORT
+from consumer.options import parser as consumer_parser
 from producer.cli import _parser as producer_parser
 from tests.conftest import REPO
 
@@ -72,8 +72,9 @@ def test_the_image_runs_the_daemon_and_checks_its_health() -> None:
     assert image["EXPOSE"] == str(DEFAULT_PORT)
     assert image["STOPSIGNAL"] == "SIGTERM"
     assert image["USER"] == "arrowagg"
-    # The image's config is the example, whose HTTP port is the healthcheck's default.
-    assert load_settings(REPO / "config.yaml").service.http_port == DEFAULT_PORT
+    # The image's config is the example, whose first HTTP port is the healthcheck's
+    # default (a container's daemon is alone and takes it).
+    assert load_settings(REPO / "config.yaml").service.http_ports()[0] == DEFAULT_PORT
 
 
 def test_compose_has_the_whole_stack() -> None:

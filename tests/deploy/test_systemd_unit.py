@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from consumer.cli import _parser
 from consumer.config import ProcessingSettings
+from consumer.options import parser as _parser
 from tests.conftest import REPO
 
 UNIT = REPO / "deploy" / "arrowagg@.service"

@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import logging
 import random
+from functools import partial
+from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Consumer, Producer
+from polars.testing import assert_frame_equal
 
 from tests.conftest import TopicFactory
 from tests.integration.conftest import (
+    RunningDaemon,
     daemon_settings,
     publish_tables,
     running_daemon,
     wait_all_committed,
+    wait_for,
 )
 from tests.integration.data import T0, output_frame, sensor_table
 
@@ -115,3 +121,56 @@ def test_a_rejection_says_its_reason_once_in_the_log_and_the_dlq(
     assert message  # the explanation itself
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rejected ")]
     assert line == f"rejected {source}[0]@0: not-arrow-ipc: {message}"
+
+
+def rows_taken(daemon: RunningDaemon, rows: int) -> bool:
+    return daemon.processor.progress.counters.rows >= rows
+
+
+def test_a_pinned_plan_survives_a_first_message_with_an_extra_key(
+    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """Issue 35: a 2-row message with an extra string column, read first, fixed the plan
+    and sent the 600 rows after it to the DLQ. Unpinned, that still happens, and the dead
+    letter says which plan and where it came from; pinned by aggregation.schema_from,
+    every row is aggregated (against DuckDB)."""
+    rng = random.Random(35)
+    large = sensor_table(rng, 600, T0, 900)
+    small = sensor_table(rng, 2, T0, 900)
+    small = small.append_column("region", pa.array(["eu", "us"]))
+    sample = tmp_path / "sample.arrows"
+    with pa.ipc.new_stream(str(sample), large.schema) as writer:
+        writer.write_table(large.slice(0, 1))
+    for pinned in (False, True):
+        source, sink, dlq = (topic_factory("in", partitions=2), topic_factory("out"),
+                             topic_factory("dlq"))
+        settings = daemon_settings(
+            bootstrap, source, sink, output={"dlq_topic": dlq},
+            aggregation={"schema_from": str(sample)} if pinned else {},
+            window={"kind": "tumbling", "time": "event", "timestamp_column": "ts",
+                    "size_ms": 1000, "idle_timeout_ms": 1000})
+        with running_daemon(settings) as daemon:
+            publish_tables(bootstrap, source, [(1, small)])
+            wait_for(partial(rows_taken, daemon, 2), timeout_s=60,
+                     what="the small message read first")
+            publish_tables(bootstrap, source, [(0, large)])
+            wait_all_committed(daemon, settings, rows=602 if pinned else 2)
+        if not pinned:
+            [(_, headers)] = read_all(bootstrap, dlq, 1)
+            assert headers["arrowagg.dlq.error-message"].decode() == (
+                "missing key/time columns ['region']; checked against the plan from the "
+                f"first message with rows, {source}[1]@0 (pin the plan: "
+                "aggregation.schema_from)")
+            continue
+        got, _ = output_frame(bootstrap, sink)
+        every_row = pa.concat_tables([large, small.drop_columns(["region"])])  # noqa: F841
+        relation = duckdb.sql("""
+            SELECT (epoch_ms(ts) // 1000) * 1000 AS window_start, site, sensor, "zone name",
+                   sum(reading_sum) AS reading_sum, count(*) AS row_count
+            FROM every_row GROUP BY ALL""")
+        assert relation is not None
+        expected = relation.pl()
+        assert_frame_equal(
+            got.select(expected.columns), expected, check_row_order=False,
+            check_dtypes=False, check_exact=False, rel_tol=1e-9)
+        assert daemon.processor.counters.rejected == 0

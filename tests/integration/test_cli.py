@@ -24,6 +24,8 @@ from polars.testing import assert_frame_equal
 
 from consumer.cli import main
 from consumer.config import Settings
+from consumer.core.late import late_records
+from consumer.core.types import MESSAGE_INDEX, MessageRef
 from consumer.kafka.tail import read_output
 from tests.conftest import TopicFactory
 from tests.integration.conftest import (
@@ -33,6 +35,8 @@ from tests.integration.conftest import (
     wait_all_committed,
 )
 from tests.integration.data import KEYS, T0, sensor_table
+from tests.wire.helpers import closed_pipe_run
+from wire.errors import EXIT_PIPE_CLOSED
 from wire.output import OutputFormat, encode_window
 
 pytestmark = pytest.mark.integration
@@ -138,6 +142,20 @@ def test_tail_prints_a_table_per_window(ran: Ran, capsys: pytest.CaptureFixture[
     assert heads[0].endswith("input rows, final")
 
 
+@pytest.mark.parametrize("argv", [
+    ["--topic", "OUTPUT", "--format", "json"],
+    ["--topic", "OUTPUT"],
+    ["--dlq", "DLQ"],
+])
+def test_tail_into_a_closed_pipe_ends_quietly_as_cat_does(ran: Ran, argv: list[str]) -> None:
+    """``tail ... | head -1``: the reader is gone before the first window is printed."""
+    topics = {"OUTPUT": ran.output, "DLQ": ran.dlq}
+    done = closed_pipe_run("consumer", "tail", "--from-beginning", "--idle-timeout-s", "5",
+                           "--bootstrap-servers", ran.bootstrap,
+                           *(topics.get(arg, arg) for arg in argv))
+    assert (done.returncode, done.stderr.decode()) == (EXIT_PIPE_CLOSED, "")
+
+
 def test_tail_dlq_shows_each_rejected_message_with_its_origin_and_reason(
     ran: Ran, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -211,6 +229,43 @@ def test_tail_skips_a_stray_message_after_the_first_window_with_a_warning(
         "1970-01-01T00:00:00.000Z", "1970-01-01T00:00:01.000Z"]
     assert err.splitlines() == [(f"consumer: skipped {topic}[0]@1 is not arrowagg output (no "
                                 "arrowagg.window-start header)")]
+
+
+def test_tail_late_shows_the_rows_their_origin_and_the_window_they_missed(
+    bootstrap: str, topic_factory: TopicFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = topic_factory("late")
+    rows = pl.DataFrame({
+        "site": ["a", "b"], "ts": [T0 + 100, T0 + 200], "reading": [1.5, 2.5],
+        "window_start": [T0, T0], "window_end": [T0 + 1000, T0 + 1000], MESSAGE_INDEX: [0, 0],
+    }).with_columns(pl.col("ts").cast(pl.Datetime("ms", "UTC")))
+    [record] = late_records(rows, [MessageRef(("sensors", 3), 17, 2)], topic=topic,
+                            compression="zstd", max_bytes=100_000)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, record.value, key=record.key, headers=list(record.headers))
+    assert producer.flush(10) == 0
+    code, out, err = tail(capsys, "--late", topic, "--bootstrap-servers", bootstrap,
+                          "--format", "json")
+    assert (code, err) == (0, "")
+    [document] = [json.loads(line) for line in out.splitlines()]
+    assert {k: v for k, v in document.items() if k != "late_record"} == {
+        "kind": "rows", "origin": "sensors[3]@17", "window_start": "2026-01-01T00:00:00.000Z",
+        "window_end": "2026-01-01T00:00:01.000Z", "chunk": [1, 1],
+        "rows": [{"site": "a", "ts": "2026-01-01T00:00:00.100Z", "reading": 1.5,
+                  "window_start": "2026-01-01T00:00:00.000Z",
+                  "window_end": "2026-01-01T00:00:01.000Z"},
+                 {"site": "b", "ts": "2026-01-01T00:00:00.200Z", "reading": 2.5,
+                  "window_start": "2026-01-01T00:00:00.000Z",
+                  "window_end": "2026-01-01T00:00:01.000Z"}]}
+    code, out, _ = tail(capsys, "--late", topic, "--bootstrap-servers", bootstrap)
+    assert code == 0
+    assert out.splitlines()[0] == (
+        "late rows from sensors[3]@17 for window [2026-01-01T00:00:00.000Z, "
+        "2026-01-01T00:00:01.000Z), emitted before they came: 2 rows, not aggregated")
+    code, out, err = tail(capsys, "--topic", topic, "--bootstrap-servers", bootstrap)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [(f"consumer: {topic}[0]@0 is not arrowagg output; it is a late "
+                                "record: use tail --late")]
 
 
 def test_tail_on_a_missing_topic_is_one_line_at_once(
@@ -326,3 +381,15 @@ def test_an_output_topic_too_small_for_the_output_stops_create_check_and_run(
         assert said == [expected]
     finally:
         admin.delete_topics([n for n in names.values() if n != small])
+
+
+def test_missing_topics_name_the_create_command_for_the_config_given(
+    bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, names = config_file(tmp_path, bootstrap)
+    missing = ", ".join(names[k] for k in ("input", "output", "late", "dlq"))
+    for command in ("check", "run"):
+        assert main([command, "--config", str(path)]) == 1
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"consumer: topic(s) {missing} do not exist on {bootstrap}; create them: "
+            f"python -m consumer topics create --config {path}")

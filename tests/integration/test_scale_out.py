@@ -1,20 +1,28 @@
 """The two-stage scale-out through Apache Kafka, where the instances and partitions
 change shape: more instances than input partitions, and a partition added while running.
-(Instances coming and going, SIGKILLs, a stalled instance and a zombie, in every window
-kind and late policy: test_scale_out_matrix.py.)"""
+And the README's example as written: three identical instances on one host, each on
+an HTTP port of its own. (Instances coming and going, SIGKILLs, a stalled instance and a
+zombie, in every window kind and late policy: test_scale_out_matrix.py.)"""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import sys
+from functools import partial
 from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
 import pytest
+import yaml
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 
-from tests.conftest import TopicFactory
+from tests.conftest import REPO, TopicFactory
+from tests.consumer.service.probes import free_port_range
 from tests.integration.conftest import committed_offsets, end_offsets
 from tests.integration.data import T0, sensor_table
 from tests.integration.faults import (
@@ -26,6 +34,10 @@ from tests.integration.faults import (
     write_figures,
 )
 from tests.integration.instances import (
+    INPUT_PARTITIONS,
+    REPARTITIONS,
+    RUNNING_LINE,
+    SESSION,
     SIZE_MS,
     STEP_MS,
     Instances,
@@ -125,3 +137,71 @@ def late_row_count(record: Record) -> int:
     if record.headers.get("arrowagg.late.kind") == b"aggregate":
         return int(table["row_count"].sum())
     return table.height
+
+
+def started(process: subprocess.Popen[bytes], log: Path) -> bool:
+    """Running, or gone: either way, no longer starting."""
+    return process.poll() is not None or RUNNING_LINE in log.read_text()
+
+
+def test_the_readme_example_runs_three_identical_instances_on_one_host(
+    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+) -> None:
+    """README, "Several instances": three identical commands on one machine, each with its
+    instance id only. Each takes its own HTTP port from the range (the default is
+    9464-9474; this test takes free ports), logs it and writes it where
+    `python -m consumer.healthcheck --config` finds it; the output is exact."""
+    topics = make_topics(topic_factory)
+    config = tmp_path / "config.yaml"  # one file for all three
+    config.write_text(yaml.safe_dump({
+        "kafka": {"bootstrap_servers": bootstrap, "group_id": topics["group"],
+                  "consumer": SESSION},
+        "input": {"topics": [topics["input"]]},
+        "output": {"topic": topics["output"], "late_topic": topics["late"]},
+        "window": {"kind": "tumbling", "time": "event", "timestamp_column": "ts",
+                   "size_ms": SIZE_MS, "allowed_lateness_ms": SIZE_MS, "idle_timeout_ms": 3000},
+        "processing": {"poll_timeout_ms": 100, "commit_interval_ms": 300},
+        "scale_out": {"repartition_topic": topics["repartition"], "partitions": REPARTITIONS},
+        "service": {"statistics_interval_ms": 0},
+    }))
+    low, high = free_port_range(11)
+    shell = {k: v for k, v in os.environ.items()
+             if not k.startswith("ARROWAGG_") and k not in {"KAFKA_BOOTSTRAP_SERVERS",
+                                                            "RUNTIME_DIRECTORY"}}
+    shell |= {"ARROWAGG_SERVICE__HTTP_PORT": f"{low}-{high}",
+              "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    running: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name in ("a", "b", "c"):
+            env = {**shell, "ARROWAGG_PROCESSING__INSTANCE_ID": name}
+            with (tmp_path / f"{name}.log").open("wb") as out:
+                running[name] = subprocess.Popen(
+                    [sys.executable, "-m", "consumer", "run", "--config", str(config)],
+                    cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        for name, process in running.items():
+            log = tmp_path / f"{name}.log"
+            wait_until(partial(started, process, log), timeout_s=60, what=f"{name} to run")
+            assert process.poll() is None, log.read_text()[-3000:]
+        files = sorted((tmp_path / "run" / "arrowagg").glob("*.port"))
+        ports = sorted(int(f.read_text().split()[1]) for f in files)
+        assert len(set(ports)) == 3, "each instance took a port of its own"
+        assert all(low <= port <= high for port in ports)
+        for name in running:
+            env = {**shell, "ARROWAGG_PROCESSING__INSTANCE_ID": name}
+            check = subprocess.run(
+                [sys.executable, "-m", "consumer.healthcheck", "--config", str(config)],
+                cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+            assert (check.returncode, check.stderr) == (0, ""), name
+        data = steps(random.Random(35), range(INPUT_PARTITIONS), range(24))
+        publish(DurablePublisher(bootstrap, topics["input"]), data)
+        wait_all_windows(bootstrap, topics, data)
+        for process in running.values():
+            process.send_signal(signal.SIGTERM)
+        assert [process.wait(60) for process in running.values()] == [0, 0, 0]
+    finally:
+        for process in running.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+    assert list((tmp_path / "run" / "arrowagg").glob("*.port")) == [], "removed on stop"
+    check_output(bootstrap, topics, data, [tmp_path / f"{n}.log" for n in running])

@@ -120,17 +120,26 @@ def test_publish_of_a_non_arrow_file_is_one_line_and_exit_2(
     assert "not an Arrow IPC stream" in one_error_line(err)
 
 
-def test_an_unreachable_broker_is_one_line_and_exit_2(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("command", ["publish", "generate"])
+def test_an_unreachable_broker_is_one_line_and_exit_1(
+    command: str, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The broker failed, not the user's request: exit 1, as the README says."""
     monkeypatch.setattr(cli, "CHECK_TIMEOUT_S", 1.0)
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")  # nothing listens on port 1
     assert run(capsys, "generate", "--batches", "1", "--out", str(tmp_path / "x.arrows"))[0] == 0
-    code, out, err = run(capsys, "publish", "--topic", "t", str(tmp_path / "x.arrows"))
-    assert (code, out) == (2, "")
+    source = [str(tmp_path / "x.arrows")] if command == "publish" else ["--batches", "1"]
+    code, out, err = run(capsys, command, "--topic", "t", *source)
+    assert (code, out) == (1, "")
     line = one_error_line(err)
     assert "cannot reach Kafka at 127.0.0.1:1" in line
-    assert "--bootstrap-servers" in line
+    assert line.endswith("with --bootstrap-servers (or KAFKA_BOOTSTRAP_SERVERS, which gave "
+                         "this one)")
+    code, _, err = run(capsys, command, "--topic", "t", "--bootstrap-servers", "127.0.0.1:1",
+                       *source)
+    assert code == 1
+    assert one_error_line(err).endswith("name another with --bootstrap-servers")
 
 
 @pytest.mark.parametrize("argv", [

@@ -9,14 +9,18 @@ and offsets; users scale by starting more identical instances.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
+from consumer.core.emit import emitted_lines
 from consumer.core.offsets import CommitMetadata
 from consumer.core.pipeline import Pipeline
 from consumer.core.poll import Counters, Flush, Processed
 from consumer.core.scale_out.stage_two import StageTwo
 from consumer.core.types import InputMessage, PartitionKey
+
+log = logging.getLogger(__name__)
 
 
 class TwoStagePipeline:
@@ -88,6 +92,8 @@ class TwoStagePipeline:
     def committed(self, flush: Flush, now_ms: int) -> None:
         assert self._last is not None  # noqa: S101 - a flush comes first
         one, records = self._last
+        for line in emitted_lines(one.windows, verb="stage 1 sent partials of"):
+            log.info("%s", line)
         self._one.committed(replace(one, windows=[]), now_ms)
         self._two.committed(records)
         self.counters.windows_emitted += len(flush.windows)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 
-from consumer.core.emit import OutputSpec, results_frame
+from consumer.core.emit import OutputSpec, results_frame, window_bounds
 from consumer.core.late import late_aggregate_records
 from consumer.core.offsets import CommitMetadata, CommitPoint
 from consumer.core.poll import Consumed, Counters, Processed
@@ -191,8 +191,8 @@ class StageTwo:
 
     def _late_records(self, late: ClosedWindow) -> list[OutputRecord]:
         self.counters.late_rows += late.input_rows
-        log.warning("partials of window [%d, %d) arrived after it was emitted: %d input rows "
-                    "late", late.start_ms, late.end_ms, late.input_rows)
+        log.warning("partials of window %s arrived after it was emitted: %d input rows late",
+                    window_bounds(late.start_ms, late.end_ms), late.input_rows)
         topic = self._routes.late_topic
         if topic is None:
             return []

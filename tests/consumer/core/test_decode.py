@@ -130,14 +130,14 @@ def test_first_message_the_plan_cannot_honour_is_rejected() -> None:
     assert dec.plan == make_plan(SCHEMA)
 
 
-def test_given_plan_and_schema_are_used_as_is() -> None:
+def test_a_pinned_schema_gives_the_plan_before_any_message() -> None:
     schema = pa.schema([("k", pa.string()), ("ts", pa.timestamp("ms", "UTC")),
                         ("v_sum", pa.float64())])
     plan = derive_plan(schema, time_column="ts")
-    dec = Decoder(make_plan, limits=DecodeLimits(), max_message_bytes=1 << 20, plan=plan,
-                  schema=schema)
+    dec = Decoder(make_plan, limits=DecodeLimits(), max_message_bytes=1 << 20)
+    dec.pin(schema, "a test")
     decoded = dec.decode(encode_ipc_stream(table()), None)
-    assert dec.plan is plan
+    assert dec.plan == plan
     assert decoded.table.schema.names == ["k", "ts", "v_sum"]
 
 
@@ -305,9 +305,9 @@ def test_empty_table_has_no_event_time() -> None:
 
 def event_decoder(ts: pa.Array) -> Decoder:
     schema = pa.schema([("k", pa.string()), ("ts", ts.type), ("v_sum", pa.float64())])
-    plan = derive_plan(schema, time_column="ts")
-    return Decoder(make_plan, limits=DecodeLimits(), max_message_bytes=1 << 20, plan=plan,
-                   schema=schema)
+    decoder = Decoder(make_plan, limits=DecodeLimits(), max_message_bytes=1 << 20)
+    decoder.pin(schema, "a test")
+    return decoder
 
 
 def event_table(ts: pa.Array) -> pa.Table:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 from hypothesis import given
@@ -138,3 +139,22 @@ def test_arbitrary_text_is_parsed_or_refused_never_run(text: str) -> None:
     except ExpressionError:
         return
     assert isinstance(parsed.build(), pl.Expr)
+
+
+def test_n_unique_in_an_expression_counts_null_and_explain_says_how_not_to() -> None:
+    """Polars' n_unique counts a null as a value; aggregation.columns' n_unique, like
+    SQL's COUNT(DISTINCT), does not. The expression with a filter counts as SQL does."""
+    frame = FRAME  # noqa: F841 - read by DuckDB
+    relation = duckdb.sql("SELECT k, count(DISTINCT latency) AS r FROM frame GROUP BY k")
+    assert relation is not None
+    sql = relation.pl().sort("k")
+    plain = parse_expression("pl.col('latency').n_unique()")
+    filtered = parse_expression(
+        "pl.col('latency').filter(pl.col('latency').is_not_null()).n_unique()")
+    got = per_group(filtered.text).sort("k")
+    assert_frame_equal(got, sql, check_dtypes=False)
+    with_null = per_group(plain.text).sort("k")
+    assert with_null["r"].to_list() == [n + 1 if k == "a" else n  # group a holds a null
+                                        for k, n in sql.iter_rows()]
+    assert plain.caveat.startswith("; .n_unique() counts a null as one more value")
+    assert parse_expression("pl.col('latency').mean()").caveat == ""

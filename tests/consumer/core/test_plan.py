@@ -54,7 +54,7 @@ def test_numeric_name_rules(name: str, func: AggFunc) -> None:
     "dtype",
     [
         pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
-        pa.uint64(), pa.float16(), pa.float32(), pa.float64(),
+        pa.uint64(), pa.float16(), pa.float32(), pa.float64(), pa.decimal128(10, 2),
     ],
 )
 def test_every_numeric_width_aggregates(dtype: pa.DataType) -> None:
@@ -67,7 +67,7 @@ def test_every_numeric_width_aggregates(dtype: pa.DataType) -> None:
     "dtype",
     [
         pa.bool_(), pa.binary(), pa.large_binary(), pa.list_(pa.int64()), pa.date32(),
-        pa.time64("us"), pa.duration("ms"), pa.decimal128(10, 2),
+        pa.time64("us"), pa.duration("ms"), pa.decimal256(40, 2),
         pa.struct([("a", pa.int64())]), pa.dictionary(pa.int32(), pa.int64()), pa.null(),
     ],
 )

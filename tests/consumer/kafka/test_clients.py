@@ -151,7 +151,6 @@ def test_librdkafka_logs_come_out_as_the_daemons_json_lines(
 def test_an_unreachable_broker_is_one_line() -> None:
     with pytest.raises(KafkaSetupError) as info:
         check_topics(KafkaSettings(bootstrap_servers="127.0.0.1:1"), ["in"], timeout_s=1)
-    message = str(info.value)
-    assert message.startswith("cannot reach Kafka at 127.0.0.1:1 within 1s (")
-    assert "Connection refused" in message
-    assert "\n" not in message
+    assert str(info.value) == ("cannot reach Kafka at 127.0.0.1:1 (nothing listens there: "
+                               "Connection refused); check kafka.bootstrap_servers or "
+                               "KAFKA_BOOTSTRAP_SERVERS")

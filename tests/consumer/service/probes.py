@@ -1,13 +1,16 @@
 """What the service tests read from a running daemon: its HTTP endpoints, its Prometheus
-metrics, and what it tells systemd."""
+metrics, and what it tells systemd; and free ports for daemons to serve on."""
 
 from __future__ import annotations
 
+import random
 import socket
 import time
 import urllib.error
 import urllib.request
+from contextlib import ExitStack
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -56,3 +59,18 @@ class Receiver:
             except TimeoutError:
                 break
         return got
+
+
+def free_port_range(size: int) -> tuple[int, int]:
+    """``size`` consecutive ports, all free now (a range several daemons may share)."""
+    rng = random.Random()
+    for _ in range(50):
+        low = rng.randrange(20_000, 60_000)
+        with ExitStack() as stack:
+            try:
+                for port in range(low, low + size):
+                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return low, low + size - 1
+    pytest.fail(f"no {size} consecutive free ports found")

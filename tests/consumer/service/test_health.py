@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
+import sys
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 
 from consumer.healthcheck import main as healthcheck
 from consumer.service.health import HealthServer, ServiceSetupError
-from tests.consumer.service.probes import http_get
+from consumer.service.port_file import INSTANCE_HEADER, port_file, read_port, write_port
+from tests.consumer.service.probes import free_port_range, http_get
 
 
 class FakeClock:
@@ -93,3 +101,80 @@ def test_the_healthcheck_says_when_nothing_listens(server: HealthServer,
     server.close()
     assert healthcheck(["--port", str(port), "--timeout-s", "1"]) == 1
     assert f"127.0.0.1:{port}/healthz" in capsys.readouterr().err
+
+
+# -- ports: ranges, the port file, the healthcheck that finds it --------------------------
+
+
+def test_a_range_takes_its_first_free_port_and_writes_it_down(tmp_path: Path) -> None:
+    low, high = free_port_range(2)
+    first = HealthServer("127.0.0.1", low, metrics=lambda: b"", liveness_timeout_s=10)
+    path = tmp_path / "g-b.port"
+    try:
+        second = HealthServer("127.0.0.1", range(low, high + 1), metrics=lambda: b"",
+                              liveness_timeout_s=10, identity="g-b", port_file=path)
+        assert second.port == high
+        assert read_port(path) == ("127.0.0.1", high)
+        with urllib.request.urlopen(f"http://127.0.0.1:{high}/healthz", timeout=5) as answer:
+            assert answer.headers[INSTANCE_HEADER] == "g-b"
+        with pytest.raises(ServiceSetupError) as info:
+            HealthServer("127.0.0.1", range(low, high + 1), metrics=lambda: b"",
+                         liveness_timeout_s=10)
+        assert str(info.value) == (
+            f"cannot serve HTTP on 127.0.0.1: ports {low}-{high} are all taken; set "
+            "service.http_port to another port or range (0: any free port), or to null for "
+            "no HTTP server")
+        second.close()
+        assert not path.exists(), "the port file goes with the server"
+    finally:
+        first.close()
+
+
+def write_config(path: Path) -> Path:
+    path.write_text(yaml.safe_dump({
+        "kafka": {"group_id": "g"}, "input": {"topics": ["in"]}, "output": {"topic": "out"},
+        "window": {"size_ms": 1000, "timestamp_column": "ts"},
+        "service": {"http_port": "20000-20010"}}))
+    return path
+
+
+def test_the_healthcheck_finds_an_instance_by_its_config_and_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Only the healthcheck's own lines on stderr, whatever handlers earlier tests left.
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    for name in [n for n in os.environ if n.startswith("ARROWAGG_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("ARROWAGG_PROCESSING__INSTANCE_ID", "b")
+    config = write_config(tmp_path / "config.yaml")
+    path = port_file("g-b", os.environ)
+    servers = [HealthServer("127.0.0.1", 0, metrics=lambda: b"", liveness_timeout_s=10,
+                            identity=identity, port_file=path) for identity in ("g-a", "g-b")]
+    try:
+        assert healthcheck(["--config", str(config)]) == 0
+        assert healthcheck([]) == 0, "the only port file here: a container's daemon"
+        write_port(path, "127.0.0.1", servers[0].port)  # b's file, a's port: stale
+        assert healthcheck(["--config", str(config)]) == 1
+        assert capsys.readouterr().err == (
+            f"healthcheck: http://127.0.0.1:{servers[0].port}/healthz is answered by g-a, "
+            "not g-b: its port file is stale\n")
+        monkeypatch.setenv("ARROWAGG_PROCESSING__INSTANCE_ID", "c")
+        assert healthcheck(["--config", str(config)]) == 1
+        assert capsys.readouterr().err == (
+            f"healthcheck: no port file {port_file('g-c', os.environ)}: is the daemon g-c "
+            "running?\n")
+    finally:
+        for server in servers:
+            server.close()
+
+
+def test_the_plain_healthcheck_loads_neither_polars_nor_librdkafka() -> None:
+    """A container runs it every few seconds: importing Polars and librdkafka took it
+    from 0.3 s to 3 s a run on the CI machine. Only --config needs them."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", ("import sys, consumer.healthcheck; "
+         "print(sorted({'polars', 'pyarrow', 'confluent_kafka'} & set(sys.modules)))")],
+        capture_output=True, text=True, check=True, timeout=60)
+    assert loaded.stdout.strip() == "[]"

@@ -172,3 +172,19 @@ def test_a_vanished_manager_does_not_raise(receiver: Receiver, opened: Opened,
     notifier.stopping()
     warnings = [record.getMessage().split(":")[0] for record in caplog.records]
     assert warnings == [f"cannot notify systemd at {receiver.address}-gone"]  # once
+
+
+def test_a_manager_that_does_not_read_never_stops_the_loop(
+        receiver: Receiver, opened: Callable[[SystemdNotifier], SystemdNotifier]) -> None:
+    """Ten unread datagrams (net.unix.max_dgram_qlen) made a blocking send wait: the
+    main loop stood still until the manager read (a test's receiver, between reads)."""
+    notifier = opened(SystemdNotifier(receiver.address, watchdog_usec=2))
+    def send_many() -> None:
+        for i in range(100):
+            notifier.notify(f"STATUS={i}")
+
+    sent = threading.Thread(target=send_many, daemon=True)
+    sent.start()
+    sent.join(10)
+    assert not sent.is_alive(), "notify blocked on a full socket"
+    assert receiver.datagrams()[:3] == ["STATUS=0", "STATUS=1", "STATUS=2"]

@@ -39,6 +39,9 @@ class _Collected:
     data: dict[tuple[int | None, int, int], OutputWindow] = field(default_factory=dict)
     ends: dict[int, WindowEnd] = field(default_factory=dict)
     parts: int | None = None  # n of "part k of n", once a part has said it
+    # Whole update revisions that came before the window was whole (with the scale-out a
+    # part can be revised before another part has closed): applied once it is.
+    updates: list[tuple[OutputWindow, pl.DataFrame]] = field(default_factory=list)
 
 
 @dataclass
@@ -89,7 +92,10 @@ class WindowAssembler:
         self._done.add(message.start_ms)
         whole = _whole(message.start_ms, collected)
         self._keep(whole)
-        return whole.window
+        latest = whole.window
+        for update, rows in sorted(collected.updates, key=lambda u: u[0].revision):
+            latest = self._apply(update, rows) or latest
+        return latest
 
     def _complete(self, collected: _Collected) -> bool:
         if collected.parts is not None:  # the scale-out: every part ended, none short
@@ -120,6 +126,14 @@ class WindowAssembler:
         del self._updates[key]
         rows = _frame_of([chunks[i] for i in sorted(chunks)]) if message.frame.width else \
             message.frame
+        if (collecting := self._open.get(message.start_ms)) is not None:
+            collecting.updates.append((message, rows))  # applied once the window is whole
+            return None
+        return self._apply(message, rows)
+
+    def _apply(self, message: OutputWindow, rows: pl.DataFrame) -> OutputWindow | None:
+        """An update revision, all its chunks in (``rows``), applied to its window."""
+        part = None if message.part is None else message.part[0]
         before = self._kept.get(message.start_ms)
         if before is None:  # never seen whole here (or long ago): the update as it is
             self._done.add(message.start_ms)

@@ -100,3 +100,24 @@ def test_an_update_of_a_window_never_seen_is_handed_out_as_it_is() -> None:
     update = assembler.add(message(rows(("a", 7)), revision=3, window_rows=4))
     assert update is not None
     assert (update.kind, update.revision, update.frame.rows()) == ("update", 3, [(0, "a", 7)])
+
+
+def part(frame: pl.DataFrame, k: int, *, revision: int = 0,
+         kind: RevisionKind = "full") -> OutputWindow:
+    return OutputWindow(0, 1000, True, revision, frame.height, (1, 1), frame, (k, 2),
+                        kind=kind, keys=("k",) if kind == "update" else None)
+
+
+def test_an_update_of_a_part_before_another_part_ends_waits_for_the_whole_window() -> None:
+    """With the scale-out, stage 2's partitions close a window each on its own floor: part
+    2 can be revised (late rows, window.late: revise) before part 1 has ended."""
+    assembler = WindowAssembler()
+    assert assembler.add(part(rows(("b", 2)), 2)) is None
+    assert assembler.add(WindowEnd(0, 1000, (2, 2), rows=1, messages=1, input_rows=1)) is None
+    assert assembler.add(part(rows(("b", 20)), 2, revision=1, kind="update")) is None
+    assert assembler.add(part(rows(("a", 1)), 1)) is None
+    whole = assembler.add(WindowEnd(0, 1000, (1, 2), rows=1, messages=1, input_rows=1))
+    assert whole is not None, "the window is whole once part 1 has ended"
+    assert whole.frame.sort("k").rows() == [(0, "a", 1), (0, "b", 20)]
+    assert assembler.add(part(rows(("b", 20)), 2, revision=1, kind="update")) is None, \
+        "a repeat of the update already applied"

@@ -148,7 +148,7 @@ def test_revising_sessions_keep_replaces_for_themselves_and_say_so_in_words(
     config["window"] = window
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    assert main(["check", "--config", str(path)]) == 0
+    assert main(["check", "--config", str(path), "--offline"]) == 0
     said = " ".join(capsys.readouterr().out.split())
     assert ("An emitted session is kept until the watermark is revision_lateness_ms (1 min) "
             "past its end") in said

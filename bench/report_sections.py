@@ -129,7 +129,7 @@ def latency_table(results: dict[str, Any]) -> str:
 def scale_out_caveat(results: dict[str, Any]) -> str:
     """What the table can show on one machine, said beside it: why more instances are
     slower there when they are."""
-    runs = results["scale_out"]["runs"]
+    runs = [r for r in results["scale_out"]["runs"] if _job(r) == "decomposable"]
     single = next((r for r in runs if r["mode"] == "one instance"), runs[0])
     slower = all(r["rows_per_s"] < single["rows_per_s"] for r in runs if r["instances"] > 1)
     cores = results.get("machine", {}).get("cores", "?")
@@ -147,20 +147,29 @@ the repartition topic carries partial states, O(groups x instances) a window, no
 O(rows). What it means for N machines: the findings."""
 
 
+def _job(run: dict[str, Any]) -> str:
+    return str(run.get("job", "decomposable"))  # results before the holistic job had one
+
+
 def scale_out_table(results: dict[str, Any]) -> str:
+    """Each job's runs against that job's one instance: the seed's aggregates, whose
+    partial states cross the repartition topic, and a median, whose values do."""
     figures = results["scale_out"]
     runs = figures["runs"]
-    single = next((r for r in runs if r["mode"] == "one instance"), runs[0])
-    rows = [[str(r["instances"]), r["mode"], f"{r['seconds']:.1f}",
-             f"{r['rows_per_s']:,.0f}", f"{r['rows_per_s'] / single['rows_per_s']:.2f}x",
+    singles = {_job(r): r for r in runs if r["mode"] == "one instance"}
+    rows = [[_job(r), str(r["instances"]), r["mode"], f"{r['seconds']:.1f}",
+             f"{r['rows_per_s']:,.0f}",
+             f"{r['rows_per_s'] / singles.get(_job(r), runs[0])['rows_per_s']:.2f}x",
              f"{r['repartition_bytes_per_input_gb'] / 1e6:.1f}" if r["repartition_bytes"]
              else "-"] for r in runs]
     head = (f"{figures['rows']:,} rows ({gb(figures['input_bytes'])}, dictionary keys, "
             f"{figures['groups']:,} groups, {figures['windows']} windows), "
             f"{figures['input_partitions']} input and {figures['repartition_partitions']} "
-            "repartition partitions.")
+            "repartition partitions. Jobs: `decomposable` is the seed's plan (stage 1 sends "
+            "partial states); `holistic` adds `power: median` (stage 1 also sends every "
+            "row's `power`).")
     return head + "\n\n" + markdown_table(
-        ["instances", "mode", "seconds", "rows/s", "vs one instance",
+        ["job", "instances", "mode", "seconds", "rows/s", "vs one instance",
          "repartition MB per input GB"], rows)
 
 

@@ -4,8 +4,10 @@ The same pre-filled input topic (dictionary keys, 10,000 groups, 4 partitions, a
 sentinel per partition closing every window) is drained by N identical instances with a
 ``scale_out`` section, from their launch until every part of every window has its
 end-of-window marker on the output topic; and once by one instance without it, for the
-price of the second stage. Also measured: the bytes that went through the repartition
-topic per GB of input (partial states are O(groups x instances) a window, not O(rows)).
+price of the second stage. Two jobs: the seed's aggregates, which decompose (stage 1
+sends partial states, O(groups x instances) a window), and the same with a median,
+which does not (stage 1 also sends the median's column, O(rows)). Also measured: the
+bytes that went through the repartition topic per GB of input.
 
 On one machine the instances share its cores: what this shows is the cost of the two
 stages and that the work splits, not a speed-up (docs/benchmarks.md has the figures and
@@ -35,10 +37,13 @@ from bench.report import REPO
 
 INPUT_PARTITIONS = 4
 REPARTITIONS = 6
+# The aggregation section of each job: the seed's default plan, and the same with a
+# median of one column, whose values must all reach stage 2.
+JOBS: dict[str, dict[str, Any]] = {"decomposable": {}, "holistic": {"columns": {"power": "median"}}}
 
 
 def _config(path: Path, bootstrap: str, *, topic: str, output: str, group: str,
-            instance: str, scale_out: dict[str, Any] | None) -> Path:
+            instance: str, scale_out: dict[str, Any] | None, job: str) -> Path:
     data: dict[str, Any] = {
         "kafka": {"bootstrap_servers": bootstrap, "group_id": group},
         "input": {"topics": [topic]},
@@ -49,6 +54,8 @@ def _config(path: Path, bootstrap: str, *, topic: str, output: str, group: str,
         "service": {"http_port": None, "statistics_interval_ms": 0},
         "logging": {"level": "WARNING"},
     }
+    if JOBS[job]:
+        data["aggregation"] = JOBS[job]
     if scale_out is not None:
         data["scale_out"] = scale_out
     path.write_text(yaml.safe_dump(data))
@@ -78,7 +85,8 @@ def _records(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, dic
     return out
 
 
-def run(bootstrap: str, topic: Topic, instances: int, *, scale_out: bool) -> dict[str, Any]:
+def run(bootstrap: str, topic: Topic, instances: int, *, scale_out: bool,
+        job: str = "decomposable") -> dict[str, Any]:
     """Launch ``instances`` daemons; wait until every window is whole on the output."""
     output = create_topic(bootstrap, "scale-out", 1)
     repartition = f"bench-rep-{uuid.uuid4().hex[:10]}"
@@ -92,7 +100,7 @@ def run(bootstrap: str, topic: Topic, instances: int, *, scale_out: bool) -> dic
             [sys.executable, "-m", "consumer", "run", "--config",
              str(_config(Path(folder) / f"{i}.yaml", bootstrap, topic=topic.name,
                          output=output, group=group, instance=f"bench-{i}",
-                         scale_out=section))],
+                         scale_out=section, job=job))],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for i in range(instances)]
         try:
@@ -107,7 +115,8 @@ def run(bootstrap: str, topic: Topic, instances: int, *, scale_out: bool) -> dic
     repartitioned = sum(size for size, _ in _records(bootstrap, repartition, REPARTITIONS)) \
         if scale_out else 0
     delete_topics(bootstrap, [output, *([repartition] if scale_out else [])])
-    return {"instances": instances, "mode": "two stages" if scale_out else "one instance",
+    return {"job": job, "instances": instances,
+            "mode": "two stages" if scale_out else "one instance",
             "seconds": seconds,
             "rows": topic.payloads.rows, "input_bytes": topic.nbytes,
             "rows_per_s": topic.payloads.rows / seconds,
@@ -147,10 +156,11 @@ def measure(bootstrap: str, *, target_bytes: int,
                     messages_per_window=20)
     try:
         runs = []
-        for instances, two_stages in ((1, False), (1, True), (2, True), (3, True)):
-            step(f"scale-out: {instances} instance(s), "
-                 f"{'two stages' if two_stages else 'one instance'}")
-            runs.append(run(bootstrap, topic, instances, scale_out=two_stages))
+        for job in JOBS:
+            for instances, two_stages in ((1, False), (1, True), (2, True), (3, True)):
+                step(f"scale-out, {job}: {instances} instance(s), "
+                     f"{'two stages' if two_stages else 'one instance'}")
+                runs.append(run(bootstrap, topic, instances, scale_out=two_stages, job=job))
     finally:
         delete_topics(bootstrap, [topic.name])
     return {"input_partitions": INPUT_PARTITIONS, "repartition_partitions": REPARTITIONS,

@@ -66,3 +66,18 @@ def test_the_readers_are_set_against_the_faster_raw_read() -> None:
     [row] = report_sections.e2e_table(
         {"e2e": {"encodings": {"plain": readers}}}).splitlines()[2:]
     assert row == "| plain | 1.0 GB | 20.0 | 5.0 (0.25x) | 8.0 (0.40x) |  |  |"
+
+
+def test_the_scale_out_table_sets_each_job_against_its_own_one_instance() -> None:
+    results = scale_out([(1, "one instance", 4e6), (2, "two stages", 2e6)])
+    holistic = scale_out([(1, "one instance", 2e6), (2, "two stages", 1.5e6)])
+    for run in holistic["scale_out"]["runs"]:
+        run["job"] = "holistic"
+    results["scale_out"].update(rows=10, input_bytes=1e9, groups=10, windows=1,
+                                input_partitions=4, repartition_partitions=6)
+    results["scale_out"]["runs"] += holistic["scale_out"]["runs"]
+    rows = report_sections.scale_out_table(results).splitlines()[4:]
+    assert rows == ["| decomposable | 1 | one instance | 1.0 | 4,000,000 | 1.00x | - |",
+                    "| decomposable | 2 | two stages | 1.0 | 2,000,000 | 0.50x | 25.0 |",
+                    "| holistic | 1 | one instance | 1.0 | 2,000,000 | 1.00x | - |",
+                    "| holistic | 2 | two stages | 1.0 | 1,500,000 | 0.75x | 25.0 |"]

@@ -87,8 +87,9 @@ def test_the_harness_writes_figures_for_every_peer(
         assert run["windows"] > 0
         assert run["p99_ms"] >= run["p50_ms"] > 0
     runs = results["scale_out"]["runs"]
-    assert [(r["instances"], r["mode"]) for r in runs] == [
-        (1, "one instance"), (1, "two stages"), (2, "two stages"), (3, "two stages")]
+    assert [(r["job"], r["instances"], r["mode"]) for r in runs] == [
+        (job, n, mode) for job in ("decomposable", "holistic") for n, mode in (
+            (1, "one instance"), (1, "two stages"), (2, "two stages"), (3, "two stages"))]
     assert all(r["rows_per_s"] > 0 for r in runs)
     assert all((r["repartition_bytes"] > 0) == (r["mode"] == "two stages") for r in runs)
     text = doc.read_text()

@@ -43,14 +43,15 @@ JOBS: dict[str, dict[str, Any]] = {"decomposable": {}, "holistic": {"columns": {
 
 
 def _config(path: Path, bootstrap: str, *, topic: str, output: str, group: str,
-            instance: str, scale_out: dict[str, Any] | None, job: str) -> Path:
+            instance: str, scale_out: dict[str, Any] | None, job: str,
+            processing: dict[str, Any]) -> Path:
     data: dict[str, Any] = {
         "kafka": {"bootstrap_servers": bootstrap, "group_id": group},
         "input": {"topics": [topic]},
         "output": {"topic": output},
         "window": {"kind": "tumbling", "time": "event", "timestamp_column": "ts",
                    "size_ms": WINDOW_MS, "max_future_ms": None},
-        "processing": {"instance_id": instance},
+        "processing": {"instance_id": instance, **processing},
         "service": {"http_port": None, "statistics_interval_ms": 0},
         "logging": {"level": "WARNING"},
     }
@@ -86,8 +87,10 @@ def _records(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, dic
 
 
 def run(bootstrap: str, topic: Topic, instances: int, *, scale_out: bool,
-        job: str = "decomposable") -> dict[str, Any]:
-    """Launch ``instances`` daemons; wait until every window is whole on the output."""
+        job: str = "decomposable", processing: dict[str, Any] | None = None,
+        ) -> dict[str, Any]:
+    """Launch ``instances`` daemons; wait until every window is whole on the output.
+    ``processing``: settings of that section for every instance (the defaults if none)."""
     output = create_topic(bootstrap, "scale-out", 1)
     repartition = f"bench-rep-{uuid.uuid4().hex[:10]}"
     group = f"bench-{uuid.uuid4().hex[:10]}"
@@ -100,7 +103,7 @@ def run(bootstrap: str, topic: Topic, instances: int, *, scale_out: bool,
             [sys.executable, "-m", "consumer", "run", "--config",
              str(_config(Path(folder) / f"{i}.yaml", bootstrap, topic=topic.name,
                          output=output, group=group, instance=f"bench-{i}",
-                         scale_out=section, job=job))],
+                         scale_out=section, job=job, processing=processing or {}))],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for i in range(instances)]
         try:

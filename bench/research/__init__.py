@@ -12,5 +12,7 @@ checks), which the user-facing benchmark (``bench``) never does. Each has a ``ma
 - ``purge``: memory and kernel time with a purge of Polars' jemalloc after each merge;
 - ``jemalloc``: Polars' own jemalloc's ``mallctl``, reached for ``purge``;
 - ``sessions``: session windows against tumbling windows through the daemon's pipeline;
+- ``scale_out_cost``: the scale-out's price split into a fixed cost per run and a cost
+  per row, through the real broker;
 - ``cases``: what their command lines share (``--smoke``, the kernel's payloads).
 """

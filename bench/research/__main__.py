@@ -6,7 +6,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-INSTRUMENTS = ("floor", "stage_times", "memory_floor", "purge", "sessions")
+INSTRUMENTS = ("floor", "stage_times", "memory_floor", "purge", "sessions", "scale_out_cost")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -102,6 +102,9 @@ class StreamProcessor:
             return
         if self._fatal is not None:
             raise self._fatal
+        # The client's own error events first: a rewind or a paused partition drops the
+        # poll's messages, and librdkafka delivers an event (a fatal fence) only once.
+        messages = self._data_only(messages)
         if not self._rewind_needed:
             messages = self._hold_back_paused(messages)
         if self._rewind_needed:
@@ -196,7 +199,7 @@ class StreamProcessor:
         first_held: dict[PartitionKey, int] = {}
         for message in messages:
             key = (message.topic() or "", message.partition() or 0)
-            if key in self._paused and message.error() is None:
+            if key in self._paused:
                 first_held.setdefault(key, message.offset() or 0)
             else:
                 kept.append(message)
@@ -210,13 +213,19 @@ class StreamProcessor:
                 return []
         return kept
 
+    def _data_only(self, messages: list[Message]) -> list[Message]:
+        data = []
+        for message in messages:
+            error = message.error()
+            if error is None:
+                data.append(message)
+            else:
+                self._client_error(error)
+        return data
+
     def _process(self, messages: list[Message]) -> None:
         inputs = []
         for message in messages:
-            error = message.error()
-            if error is not None:
-                self._client_error(error)
-                continue
             _kind, timestamp = message.timestamp()
             inputs.append(InputMessage(
                 (message.topic() or "", message.partition() or 0), message.offset() or 0,

@@ -113,6 +113,9 @@ class FakeConsumer:
         self.broker = broker
         self.callbacks: dict[str, RebalanceCallback | None] = {}
         self.events: list[_Event] = []
+        # Errors the client raises on its own (librdkafka's error events: a fatal fence,
+        # a broker gone): delivered once, first in the next poll/consume, not in a log.
+        self.error_events: list[KafkaError] = []
         self.positions: dict[PartitionKey, int] = {}
         self.paused: set[PartitionKey] = set()
         self.seeks: list[tuple[PartitionKey, int]] = []
@@ -155,7 +158,8 @@ class FakeConsumer:
 
     def _take(self, num_messages: int) -> list[Message]:
         self._serve_events()
-        out: list[Message] = []
+        out: list[Message] = [Message(error=error) for error in self.error_events]
+        self.error_events.clear()
         for key in sorted(self.positions):
             if key in self.paused and not self.leak_paused:
                 continue

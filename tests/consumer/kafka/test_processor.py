@@ -132,6 +132,23 @@ def test_a_fenced_static_member_stops_the_loop(rig: Rig) -> None:
     assert rig.consumer.closed
 
 
+def test_a_fatal_error_event_in_a_poll_that_a_rewind_drops_still_stops_the_loop(
+    rig: Rig,
+) -> None:
+    # Seen in CI after broker restarts: the session timed out, the assignment was lost
+    # and the rejoin answered "Static consumer fenced". The fatal event came in the same
+    # poll as messages a rewind drops; dropped with them, it left the daemon alive,
+    # consuming nothing and never exiting. librdkafka delivers such an event once.
+    two_windows_out_third_open(rig)
+    rig.publish(0, batch(3_100))  # a message in the same poll, dropped by the rewind
+    rig.consumer.rebalance("revoke", [P1])  # its partitions go: a rewind is due
+    rig.consumer.error_events.append(
+        KafkaError(KafkaError._FATAL, "Fatal error: Broker: Static consumer fenced"))
+    with pytest.raises(FatalKafkaError, match="Static consumer fenced"):
+        for _turn in range(3):  # a few turns, not run(): without the fix it never ends
+            rig.processor.run_once()
+
+
 def test_the_command_line_exits_1_with_one_line_when_fenced(
     rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],

@@ -145,8 +145,12 @@ def test_a_fatal_error_event_in_a_poll_that_a_rewind_drops_still_stops_the_loop(
     rig.consumer.error_events.append(
         KafkaError(KafkaError._FATAL, "Fatal error: Broker: Static consumer fenced"))
     with pytest.raises(FatalKafkaError, match="Static consumer fenced"):
-        for _turn in range(3):  # a few turns, not run(): without the fix it never ends
-            rig.processor.run_once()
+        run_turns(rig, 3)  # a few turns, not run(): without the fix it never ends
+
+
+def run_turns(rig: Rig, turns: int) -> None:
+    for _turn in range(turns):
+        rig.processor.run_once()
 
 
 def test_the_command_line_exits_1_with_one_line_when_fenced(

@@ -263,11 +263,10 @@ class SessionWindowEngine:
     # -- sessions out ------------------------------------------------------------------
 
     def provisional(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
-        """Early results (window.emit_every_ms): every open session that took in rows
-        since the last time, whole, as a provisional revision; the sessions stay open
-        (provisional.py)."""
+        """Early results: open sessions that grew, whole (provisional.py); not while a
+        replay runs (the open sessions are not known yet)."""
         if self._replay is not None:
-            return []  # while a replay runs, the open sessions are not known yet
+            return []
         return self._early.emit(self._open, self._output, self._seq)
 
     def close_due(self, now_ms: int) -> list[ClosedWindow]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -127,7 +128,7 @@ def test_provisional_sessions_grow_to_the_closing_ones(
         expected.columns).sort(["window_start", *KEYS]), expected, check_exact=False,
         rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)
     assert all(w.kind == "update" and w.sessions for w in provisional)
-    counts: dict[tuple[object, ...], list[int]] = {}
+    counts: dict[tuple[Any, ...], list[int]] = {}
     for window in provisional:
         frame = window.frame.with_columns(pl.col("window_start").dt.epoch("ms"))
         for values in frame.select(*KEYS, "window_start", "row_count").iter_rows():

@@ -194,20 +194,19 @@ def test_across_crashes_revisions_never_repeat_and_the_closing_ones_equal_duckdb
             daemon.crash()
         turn += 1
     out = daemon.finish()
-    numbers: dict[tuple[str, int], set[tuple[int, bool]]] = {}
+    told: dict[tuple[str, int], set[int]] = {}  # revisions out so far, by (k, start)
+    provisional: list[tuple[str, int, int]] = []  # (k, start, revision) out so far
     for window in out.windows:
-        for k, start in window.frame.select("k", pl.col("window_start").dt.epoch("ms")).rows():
-            told = numbers.setdefault((k, start), set())
-            assert window.revision not in {r for r, _ in told}, (k, start, window.revision)
-            told.add((window.revision, window.final))
-    for window in out.windows:  # a closing revision comes after every provisional one
-        if window.final:
-            for k, start, end in window.frame.select(
-                    "k", *(pl.col(c).dt.epoch("ms") for c in ("window_start", "window_end"))
-            ).rows():
-                provisional = [r for (key, s), told in numbers.items() if key == k and
-                               start <= s < end for r, final in told if not final]
-                assert all(r < window.revision for r in provisional)
+        bounds = window.frame.select("k", *(pl.col(c).dt.epoch("ms")
+                                            for c in ("window_start", "window_end"))).rows()
+        for k, start, end in bounds:
+            assert window.revision not in told.setdefault((k, start), set()), (k, start)
+            told[(k, start)].add(window.revision)
+            if window.final:  # numbered after every provisional session it covers
+                assert all(r < window.revision for key, s, r in provisional
+                           if key == k and start <= s < end)
+            else:
+                provisional.append((k, start, window.revision))
     everything = [r for m in schedule.values() for message in m for r in message]
     on_time = not_late(everything, out.late)
     whole = [w for w in out.windows if w.final]

@@ -55,7 +55,8 @@ def build_pipeline(settings: Settings) -> Pipeline:
                     compression=output.compression, max_message_bytes=output.max_message_bytes,
                     drop_late=settings.window.late == "drop",
                     revision_column=settings.window.late == "revise",
-                    sessions=settings.window.kind == "session")
+                    sessions=settings.window.kind == "session",
+                    provisional=settings.window.emit_every_ms is not None)
     scale_out = settings.scale_out
     emitter = None if scale_out is None else PartialEmitter(
         scale_out.repartition_topic, scale_out.partitions,
@@ -112,7 +113,8 @@ def build_engine(settings: Settings, plan: AggregationPlan,
             event_time=window.time == "event", time_dtype=time_dtype,
             allowed_lateness_ms=window.allowed_lateness_ms,
             idle_timeout_ms=window.idle_timeout_ms,
-            revise_within_ms=window.revision_lateness_ms if window.late == "revise" else None)
+            revise_within_ms=window.revision_lateness_ms if window.late == "revise" else None,
+            provisional=window.emit_every_ms is not None)
     assert window.size_ms is not None  # noqa: S101 - checked by the config model
     return TimeWindowEngine(
         plan, WindowSpec(window.size_ms, window.step_ms or window.size_ms),

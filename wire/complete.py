@@ -15,7 +15,7 @@ closing revision is the whole of it. With the scale-out each part numbers its re
 on its own (its keys are its own): an update is a repeat when its part has had that
 revision or a later one. Session output (``arrowagg.window-kind: session``) goes to
 ``wire.sessions.SessionTable``, which holds the sessions and applies each revision,
-saying which sessions it replaced.
+saying which sessions it replaced; provisional sessions are left out too.
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ class WindowAssembler:
         (or completes an update revision of it). Session output: each revision once its
         chunks are in, applied to ``sessions``."""
         if isinstance(message, OutputWindow) and message.sessions:
+            if not message.final and message.kind == "update":
+                return None  # a provisional session (early results): its closing one says
             return self.sessions.add(message)
         if isinstance(message, OutputWindow) and message.kind == "update":
             # A provisional revision (early results) of a window still open says nothing

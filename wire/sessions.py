@@ -11,6 +11,12 @@ result now, but for what ``delta`` rows hold of it (after a restart the daemon m
 longer know of a session's early revisions, and sends the rest of it whole). A row
 whose session already holds one of its revision and kind is a repeat (at-least-once
 output) and is skipped.
+
+Provisional rows (early results, ``window.emit_every_ms``: ``final: false``, kind
+``update``) are open sessions as they stood: a later row of the same keys supersedes
+every provisional row whose ``window_start`` lies within its ``[window_start,
+window_end)``, as a session that grew or merged covers the starts it went out under
+before. ``wire.complete.WindowAssembler`` (whole sessions only) leaves them out.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ MAX_HELD_SESSIONS = 100_000
 _REVISION = "__revision"
 _KIND = "__kind"
 _GONE = "__replaced_start"
+_PROVISIONAL = "__provisional"
+_FROM = "__superseding_start"
+_TO = "__superseding_end"
 
 
 @dataclass
@@ -61,22 +70,37 @@ class SessionTable:
     def apply(self, window: OutputWindow) -> pl.DataFrame:
         """Apply one whole revision; return the rows it took out."""
         keys = list(window.keys or ())
+        provisional = not window.final and window.kind == "update"
         rows = window.frame.with_columns(pl.lit(window.revision, pl.Int64).alias(_REVISION),
-                                         pl.lit(window.kind).alias(_KIND))
+                                         pl.lit(window.kind).alias(_KIND),
+                                         pl.lit(provisional).alias(_PROVISIONAL))
         if self._held is None or self._held.height == 0:
             self._store(rows)
-            return rows.clear().drop(_REVISION, _KIND)
+            return rows.clear().drop(_REVISION, _KIND, _PROVISIONAL)
         on = [*keys, "window_start"]
         rows = rows.join(self._held.select(*on, _REVISION, _KIND), on=[*on, _REVISION, _KIND],
                          how="anti", nulls_equal=True, maintain_order="left")  # repeats
-        gone = self._held.join(self._replaced(rows, keys), on=on, how="semi", nulls_equal=True)
+        gone = pl.concat([
+            self._held.join(self._replaced(rows, keys), on=on, how="semi", nulls_equal=True),
+            self._superseded(rows, keys)]).unique()
         if window.kind != "delta":  # whole: it replaces its own session, bar the deltas
             gone = pl.concat([gone, self._held.filter(pl.col(_KIND) != "delta").join(
                 rows.select(on), on=on, how="semi", nulls_equal=True)]).unique()
         self._held = self._held.join(gone.select(*on, _REVISION, _KIND),
                                      on=[*on, _REVISION, _KIND], how="anti", nulls_equal=True)
         self._store(rows)
-        return gone.drop(_REVISION, _KIND)
+        return gone.drop(_REVISION, _KIND, _PROVISIONAL)
+
+    def _superseded(self, rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+        """The held provisional rows of ``rows``' keys that start within their bounds."""
+        assert self._held is not None  # noqa: S101 - called with sessions held
+        provisional = self._held.filter(pl.col(_PROVISIONAL))
+        spans = rows.select(*keys, pl.col("window_start").alias(_FROM),
+                            pl.col("window_end").alias(_TO))
+        joined = provisional.join(spans, on=keys, nulls_equal=True) if keys else \
+            provisional.join(spans, how="cross")
+        within = (pl.col("window_start") >= pl.col(_FROM)) & (pl.col("window_start") < pl.col(_TO))
+        return joined.filter(within).select(provisional.columns)
 
     @staticmethod
     def _replaced(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -98,4 +122,4 @@ class SessionTable:
         """Every session held, its rows as the output gave them."""
         if self._held is None:
             return pl.DataFrame()
-        return self._held.drop(_REVISION, _KIND)
+        return self._held.drop(_REVISION, _KIND, _PROVISIONAL)

@@ -39,6 +39,7 @@ class OutputSpec:
     drop_late: bool = False  # late rows are counted only (window.late: drop)
     revision_column: bool = False  # results carry their revision (window.late: revise)
     sessions: bool = False  # session windows: each row a session, with its own bounds
+    provisional: bool = False  # early results (window.emit_every_ms)
 
 
 def results_frame(window: ClosedWindow, spec: OutputSpec) -> pl.DataFrame:
@@ -82,9 +83,11 @@ class ResultEmitter:
             keys=plan.keys if window.kind == "update" or routes.sessions else None,
             sessions=routes.sessions)
         # A session's revision replaces sessions emitted in other messages, under other
-        # keys (each message's key is its earliest window_start): one partition keeps them
-        # in the order they must be applied in.
-        partition = 0 if routes.sessions and routes.revision_column else None
+        # keys (each message's key is its earliest window_start), and so does a session
+        # that went out provisionally and grew: one partition keeps them in the order they
+        # must be applied in.
+        in_order = routes.revision_column or routes.provisional
+        partition = 0 if routes.sessions and in_order else None
         return [OutputRecord(routes.output_topic, m.key, m.value, m.headers, partition)
                 for m in messages]
 

@@ -96,7 +96,9 @@ class CommitMetadata:
     ``early``, the windows whose part went out in revisions before it closed and is not
     closed yet: (start, next revision, messages, rows, input rows of the early revisions,
     1 if one of them emptied the part), so that numbering and the end-of-window marker's
-    counts survive a restart."""
+    counts survive a restart. Session windows with early results (``window.emit_every_ms``)
+    only: ``revisions_through``, the highest revision any session took, which a restart
+    numbers on from (consumer/core/windows/session/provisional.py)."""
 
     frontier: int | None
     position: int
@@ -106,6 +108,7 @@ class CommitMetadata:
     retention: Retention | None = None
     kept_sessions: SessionRetention | None = None
     early: tuple[tuple[int, ...], ...] = ()
+    revisions_through: int | None = None
 
     def encode(self) -> str:
         data: dict[str, object] = {"v": 1, "frontier": self.frontier, "position": self.position,
@@ -120,6 +123,8 @@ class CommitMetadata:
             data["kept_sessions"] = self.kept_sessions.as_json()
         if self.early:
             data["early"] = [list(entry) for entry in self.early]
+        if self.revisions_through is not None:
+            data["revisions_through"] = self.revisions_through
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -136,7 +141,8 @@ class CommitMetadata:
             return cls(_opt_int(data["frontier"]), int(data["position"]),
                        _opt_int(data["max_event_ms"]), closed, _opt_int(data.get("waiting")),
                        Retention.from_json(data.get("retained")),
-                       SessionRetention.from_json(data.get("kept_sessions")), early)
+                       SessionRetention.from_json(data.get("kept_sessions")), early,
+                       _opt_int(data.get("revisions_through")))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return None
 

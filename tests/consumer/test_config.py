@@ -513,6 +513,17 @@ def test_the_scale_out_refuses_windows_stage_2_cannot_merge(
     assert config_error(document).startswith(f"config.yaml: scale_out: {says}")
 
 
+def test_session_early_results_run_on_one_instance_and_are_refused_with_the_scale_out() -> None:
+    window = {"kind": "session", "gap_ms": 1_000, "timestamp_column": "ts",
+              "emit_every_ms": 500}
+    assert settings_from_dict(minimal(window=window)).window.emit_every_ms == 500
+    error = config_error(minimal(window=window,
+                                 scale_out={"repartition_topic": "sensors-repartition"}))
+    assert ("config.yaml: window.emit_every_ms: session windows give early results on one "
+            "instance "
+            "only") in error
+
+
 # -- late rows, revisions, buffered aggregates (issue 16) -------------------------------
 
 

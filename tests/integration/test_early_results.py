@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -20,6 +21,7 @@ from tests.conftest import TopicFactory
 from tests.integration.data import KEYS, T0, reference, sensor_table
 from tests.integration.faults import DurablePublisher, PacedPublishing, write_figures
 from tests.integration.instances import Instances, make_topics, wait_all_windows
+from tests.integration.session_data import GAP_MS, session_input, session_reference, sessions_of
 from wire.output import OutputWindow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -94,3 +96,53 @@ def growth(provisional: list[OutputWindow], final: pl.DataFrame) -> dict[str, in
     return {"groups_with_provisional": len(seen),
             "windows_with_provisional": len({g[0] for g in seen}),
             "most_provisional_of_a_group": max((len(c) for c in seen.values()), default=0)}
+
+
+def test_provisional_sessions_grow_to_the_closing_ones(
+    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+) -> None:
+    """Session windows on one instance: while sessions run, they come out provisionally,
+    whole; a provisional session's row count only grows under its (keys, start) and never
+    passes the closing session that covers its start, and the closing sessions equal
+    DuckDB's sort-and-scan."""
+    topics = make_topics(topic_factory)
+    data = session_input(batches_per_producer=40, producers=4, span_ms=40)
+    sections = {"window": {"kind": "session", "time": "event", "timestamp_column": "ts",
+                           "gap_ms": GAP_MS, "size_ms": None, "emit_every_ms": 200,
+                           "allowed_lateness_ms": 0, "idle_timeout_ms": 2000}}
+    instances = Instances(tmp_path, bootstrap, topics, sections=sections, repartitions=None)
+    publisher = DurablePublisher(bootstrap, topics["input"])
+    try:
+        instances.start("a")
+        PacedPublishing(publisher, data, pause_s=0.025).finish()
+        publisher.flush()
+        time.sleep(5)  # the idle timeout closes the last sessions
+        instances.stop_all()
+    finally:
+        instances.kill_all()
+    windows = list(read_output(bootstrap, topics["output"], idle_timeout_s=3.0))
+    provisional = [w for w in windows if not w.final]
+    final = sessions_of(pl.concat([w.frame for w in windows if w.final]))
+    expected = session_reference([t for _, t in data], GAP_MS)
+    assert_frame_equal(final.with_columns(pl.col("window_start").dt.epoch("ms")).select(
+        expected.columns).sort(["window_start", *KEYS]), expected, check_exact=False,
+        rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)
+    assert all(w.kind == "update" and w.sessions for w in provisional)
+    counts: dict[tuple[Any, ...], list[int]] = {}
+    for window in provisional:
+        frame = window.frame.with_columns(pl.col("window_start").dt.epoch("ms"))
+        for values in frame.select(*KEYS, "window_start", "row_count").iter_rows():
+            counts.setdefault(values[:-1], []).append(int(values[-1]))
+    closing = final.with_columns(pl.col("window_start").dt.epoch("ms"))
+    for (*keys, start), seen in counts.items():
+        assert seen == sorted(seen), f"{keys}@{start}: a provisional count went down: {seen}"
+        covering = closing.filter(*(pl.col(k) == v for k, v in zip(KEYS, keys, strict=True)),
+                                  pl.col("window_start") <= start, pl.col("window_end") > start)
+        assert covering.height == 1
+        assert seen[-1] <= covering.item(0, "row_count")
+    write_figures("early_results_sessions", {
+        "sessions": expected.height, "provisional_messages": len(provisional),
+        "provisional_sessions": len(counts),
+        "most_provisional_of_a_session": max((len(c) for c in counts.values()), default=0)})
+    assert len(provisional) >= 3
+    assert len(counts) >= 10

@@ -3,6 +3,7 @@ name, deltas add up, repeats count once, in Arrow and JSON lines alike."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import polars as pl
@@ -116,3 +117,32 @@ def test_a_whole_row_after_deltas_of_its_session_adds_to_them() -> None:
     for message in decoded(sessions(("a", 0, 150, 4, [])), revision=1, kind="full"):
         table.add(message)
     assert held(table) == [("a", 0, 2), ("a", 0, 4)], "a whole row replaces a whole row"
+
+
+def provisional(frame: pl.DataFrame, *, revision: int) -> list[OutputWindow]:
+    """Open sessions as early results send them: final: false, kind update."""
+    return [dataclasses.replace(m, final=False)
+            for m in decoded(frame, revision=revision, kind="update")]
+
+
+def test_a_later_row_supersedes_the_provisional_sessions_starting_within_its_bounds() -> None:
+    table = SessionTable()
+    for message in provisional(sessions(("a", 100, 250, 2, []), ("a", 300, 400, 1, []),
+                                        ("b", 120, 220, 1, [])), revision=0):
+        table.add(message)
+    for message in provisional(sessions(("a", 40, 400, 5, [])), revision=1):  # merged
+        table.add(message)
+    assert held(table) == [("a", 40, 5), ("b", 120, 1)]
+    for message in decoded(sessions(("a", 40, 450, 6, []), ("b", 120, 220, 1, [])),
+                           revision=2):  # closing, full
+        table.add(message)
+    assert held(table) == [("a", 40, 6), ("b", 120, 1)]
+
+
+def test_the_assembler_leaves_provisional_sessions_out() -> None:
+    assembler = WindowAssembler()
+    (early,) = provisional(sessions(("a", 0, 150, 2, [])), revision=0)
+    assert assembler.add(early) is None
+    (closing,) = decoded(sessions(("a", 0, 250, 3, [])), revision=1)
+    assert assembler.add(closing) is not None
+    assert held(assembler.sessions) == [("a", 0, 3)]

@@ -34,6 +34,7 @@ from consumer.core.windows.frontier import PartitionFrontier, later, read_before
 from consumer.core.windows.session.late import LatePolicy, LateRows
 from consumer.core.windows.session.offsets import PollOffsets
 from consumer.core.windows.session.output import SessionOutput
+from consumer.core.windows.session.provisional import ProvisionalSessions
 from consumer.core.windows.session.replay import SessionReplay, named_by_origin
 from consumer.core.windows.session.revise import RevisingRows
 from consumer.core.windows.session.session_set import SessionSet
@@ -66,9 +67,11 @@ _DUE_NOW = pl.col(END) <= pl.col(FRONTIER)
 class SessionWindowEngine:
     def __init__(self, plan: AggregationPlan, spec: SessionSpec, *, event_time: bool,
                  time_dtype: pl.DataType | None, allowed_lateness_ms: int,
-                 idle_timeout_ms: int, revise_within_ms: int | None = None) -> None:
+                 idle_timeout_ms: int, revise_within_ms: int | None = None,
+                 provisional: bool = False) -> None:
         """``revise_within_ms``: keep emitted sessions this long past their end (against
-        the watermark) and revise them with late rows (None: late rows are late)."""
+        the watermark) and revise them with late rows (None: late rows are late).
+        ``provisional``: early results (``provisional``; provisional.py)."""
         if event_time and (plan.time_column is None or time_dtype is None):
             raise ValueError("event-time sessions need the plan's time column and its dtype")
         self._spec = spec
@@ -84,6 +87,7 @@ class SessionWindowEngine:
         self._late: LatePolicy = LateRows(self._open, self._keys, spec) \
             if revise_within_ms is None else RevisingRows(self._open, self._keys, spec,
                                                            revise_within_ms)
+        self._early = ProvisionalSessions(self._keys, enabled=provisional)
         self._offsets = OffsetTracker()
         self._watermarks = WatermarkTracker(
             allowed_lateness_ms=allowed_lateness_ms, idle_timeout_ms=idle_timeout_ms)
@@ -115,6 +119,7 @@ class SessionWindowEngine:
             return
         progress.restored_max_ms = metadata.max_event_ms
         self._late.restore(metadata.kept_sessions)
+        self._early.restore(metadata.revisions_through)
         # Rows from `waiting` on were consumed but never taken into a session: new again.
         until = metadata.position if metadata.waiting is None else min(
             metadata.position, metadata.waiting)
@@ -242,6 +247,7 @@ class SessionWindowEngine:
                  still_open.height, len(replay.held))
         still_open = self._late.resolve(emitted, still_open)
         self._open.add(self._open.merge_in(still_open))
+        self._early.rebuilt(self._open)  # numbering goes on past what went out before
         for held in replay.held:
             ours = (EVENT_MS, MESSAGE_INDEX, ROW_FRONTIER)
             columns = [c for c in held.rows.columns if c not in ours]
@@ -257,9 +263,11 @@ class SessionWindowEngine:
     # -- sessions out ------------------------------------------------------------------
 
     def provisional(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
-        """Early results of open sessions are not given: check refuses window.emit_every_ms
-        with session windows."""
-        return []
+        """Early results: open sessions that grew, whole (provisional.py); not while a
+        replay runs (the open sessions are not known yet)."""
+        if self._replay is not None:
+            return []
+        return self._early.emit(self._open, self._output, self._seq)
 
     def close_due(self, now_ms: int) -> list[ClosedWindow]:
         if self._replay is not None:
@@ -283,7 +291,7 @@ class SessionWindowEngine:
             if not watermark.all_idle:  # event time stands still: kept sessions stay
                 self._late.expire(through)
         self._prune()
-        return closed + self._overflow(now_ms)
+        return self._early.saw(closed + self._overflow(now_ms))
 
     def _advance(self, through_ms: int) -> None:
         self._closed_through = later(self._closed_through, through_ms)
@@ -291,7 +299,7 @@ class SessionWindowEngine:
             progress.frontier = later(progress.frontier, through_ms)
 
     def _overflow(self, now_ms: int) -> list[ClosedWindow]:
-        kept = self._late.retention()
+        kept = self._early.trimmed(self._late.retention(), self._open.frame())
         named = 0 if kept is None else len(kept.sessions)
         if self._listed_now(at_most=MAX_LISTED_KEYS - named) is not None:
             return []
@@ -307,7 +315,7 @@ class SessionWindowEngine:
         early = self._output.windows(emptied, final=False)
         self._open.forget(emptied)
         self._prune()
-        return early
+        return self._early.saw(early)
 
     def _min_seq(self) -> int | None:
         seqs = [self._open.min_seq(), *(seq for _, seq, _ in self._unreported)]
@@ -335,7 +343,7 @@ class SessionWindowEngine:
         if opened is not None and opened.filter(~pl.col(KEPT) & _DUE_NOW).height:
             return None
         listed = self._listed_now() or ()  # bounded by close_due's overflow check
-        kept = self._late.retention()
+        kept = self._early.trimmed(self._late.retention(), self._open.frame())
         held = self._polls.held(self._min_seq())
         untaken = [waiting for _, _, waiting in self._unreported]
         if self._replay is not None:
@@ -351,7 +359,7 @@ class SessionWindowEngine:
             offset = min(point.offset, held.get(partition, point.offset))
             points[partition] = CommitPoint(offset, replace(
                 point.metadata, closed=listed, waiting=waiting.get(partition),
-                kept_sessions=kept))
+                kept_sessions=kept, revisions_through=self._early.revisions_through))
         return points
 
     def frontiers(self, now_ms: int) -> dict[PartitionKey, tuple[int | None, bool]]:

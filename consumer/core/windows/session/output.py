@@ -3,7 +3,8 @@ own bounds (docs/wire-format.md, "Session windows").
 
 The sessions going out in one turn share a message per revision number and kind: a
 session going out once, whole, is ``full``; an early revision (the memory budget) and
-the revisions after it are ``delta`` (rows to add up); with ``window.late: revise``, a
+the revisions after it are ``delta`` (rows to add up); a provisional one (early results,
+provisional.py) is ``update``, not final; with ``window.late: revise``, a
 session that replaces emitted ones (a late row extended or bridged them) is ``update``,
 and every row says which emitted sessions of its keys it replaces (``replaces``: their
 ``window_start``s), whatever its kind.
@@ -41,16 +42,19 @@ class SessionOutput:
         self._values = values
         self._revising = revising
 
-    def windows(self, sessions: pl.DataFrame, *, final: bool) -> list[ClosedWindow]:
+    def windows(self, sessions: pl.DataFrame, *, final: bool,
+                provisional: bool = False) -> list[ClosedWindow]:
         """The output of ``sessions``: one ClosedWindow per revision number and kind
         among them, each row with its own session's bounds. Sessions that hold no rows
-        (an early revision emptied them) give none."""
+        (an early revision emptied them) give none. ``provisional``: open sessions as
+        they stand, whole (early results, provisional.py): kind ``update``, not final."""
         sessions = sessions.filter(pl.col(ROWS) > 0) if sessions.height else sessions
         if sessions.height == 0:
             return []
         delta = pl.lit(value=not final) | (pl.col(EARLY_REVISIONS) > 0)
-        kind = pl.when(delta).then(pl.lit("delta")).when(pl.col(REPLACES).list.len() > 0) \
-            .then(pl.lit("update")).otherwise(pl.lit("full"))
+        kind = pl.when(pl.lit(value=provisional)).then(pl.lit("update")).when(delta).then(
+            pl.lit("delta")).when(pl.col(REPLACES).list.len() > 0).then(
+            pl.lit("update")).otherwise(pl.lit("full"))
         out = []
         parts = sessions.with_columns(kind.alias(_KIND)).sort(FIRST).partition_by(
             NEXT_REVISION, _KIND, as_dict=True, maintain_order=True)

@@ -9,7 +9,7 @@ whose bounds take the min and max.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import polars as pl
 
@@ -209,6 +209,12 @@ class SessionSet:
         sessions = sessions.select(self._columns())
         self._open = sessions if self._open is None else pl.concat(
             [self._open, sessions], how="vertical_relaxed")
+
+    def rewrite(self, change: Callable[[pl.DataFrame], pl.DataFrame]) -> None:
+        """Rewrite the sessions' bookkeeping in place (``change`` keeps every session
+        and column: early results number them, provisional.py)."""
+        if self._open is not None:
+            self._open = change(self._open)
 
     def pop(self, due: pl.Expr) -> pl.DataFrame:
         """Remove and return the sessions for which ``due`` holds."""

@@ -24,11 +24,12 @@ SORT = ["k", "window_start"]
 def session_engine(*, gap_ms: int = 100, max_session_ms: int | None = None,
                    lateness_ms: int = 0, idle_timeout_ms: int = 60_000,
                    plan: AggregationPlan = EVENT_PLAN,
-                   revise_within_ms: int | None = None) -> SessionWindowEngine:
+                   revise_within_ms: int | None = None,
+                   provisional: bool = False) -> SessionWindowEngine:
     return SessionWindowEngine(plan, SessionSpec(gap_ms, max_session_ms), event_time=True,
                                time_dtype=UTC_MS, allowed_lateness_ms=lateness_ms,
                                idle_timeout_ms=idle_timeout_ms,
-                               revise_within_ms=revise_within_ms)
+                               revise_within_ms=revise_within_ms, provisional=provisional)
 
 
 # The aggregates of EVENT_PLAN, in SQL.
@@ -113,6 +114,7 @@ class MiniDaemon:
     lateness_ms: int = 0
     plan: AggregationPlan = EVENT_PLAN
     revise_within_ms: int | None = None
+    provisional: bool = False  # early results at every flush
     output: Output = field(default_factory=Output)
     now: int = 0
     crashes: int = 0
@@ -124,7 +126,8 @@ class MiniDaemon:
     def _start(self) -> None:
         self.engine = session_engine(gap_ms=self.gap_ms, max_session_ms=self.max_session_ms,
                                      lateness_ms=self.lateness_ms, plan=self.plan,
-                                     revise_within_ms=self.revise_within_ms)
+                                     revise_within_ms=self.revise_within_ms,
+                                     provisional=self.provisional)
         self._position = {}
         for partition in self.partitions:
             point = self._committed.get(partition)
@@ -167,6 +170,7 @@ class MiniDaemon:
         self._pending.windows += self.engine.close_due(self.now)
         if early:
             self._pending.windows += self.engine.emit_early(self.now)
+        self._pending.windows += self.engine.provisional(self.now)
         points = self.engine.commit_points()
         if points is None:
             return

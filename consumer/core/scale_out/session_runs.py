@@ -201,17 +201,19 @@ class SessionRunsEngine:
         return self._send_all()
 
     def _send_all(self) -> list[ClosedWindow]:
-        parts = []
+        # The partitions' sessions merged with each other first: stage 2 takes one
+        # record's partial sessions as apart (each partition's are, as maximal chains).
+        merged = self._new_set()
         for held in self._held.values():
             sessions = held.pop(pl.lit(value=True))
             if sessions.height:
-                parts.append(self._partial(sessions))
+                merged.add(merged.merge_in(sessions))
         self._offsets.mark_all_done()
         self._unsent.clear()
         self._sent_max_ms = dict(self._max_ms)
-        if not parts:
+        if not len(merged):
             return []
-        frame = pl.concat(parts, how="vertical_relaxed")
+        frame = self._partial(merged.pop(pl.lit(value=True)))
         first, last = frame.select(pl.col(PARTIAL_FIRST).min(), pl.col(PARTIAL_LAST).max()).row(0)
         return [ClosedWindow(int(first), int(last) + self._spec.gap_ms, frame,
                              int(frame.get_column(ROWS).sum()))]

@@ -245,3 +245,30 @@ def test_an_idle_partition_returning_behind_the_floor_is_late_as_aggregates() ->
     late = [r for r in world.output if r.topic == "late"]
     assert len(late) == 1
     assert dict(late[0].headers)["arrowagg.late.kind"] == b"aggregate"
+
+
+def test_one_instances_partitions_send_one_session_of_a_key() -> None:
+    """Rows of one key in two partitions of one instance, within a gap of each other:
+    stage 1's record holds them as one partial session, stage 2 emits one session."""
+    engine = SessionRunsEngine(EVENT_PLAN, SessionSpec(GAP_MS), event_time=True,
+                               time_dtype=UTC_MS, allowed_lateness_ms=0,
+                               idle_timeout_ms=IDLE_MS, send_every_ms=0)
+    for partition in INPUTS[:2]:
+        engine.assign(partition, None, None, 0)
+    first, second = [("v", 1_000, 1.0, 1, 1.0)], [("v", 1_050, 2.0, 1, 4.0)]
+    engine.add(frame(first), [ref(INPUTS[0], 0, first)], 0)
+    engine.add(frame(second), [ref(INPUTS[1], 0, second)], 0)
+    (window,) = engine.close_due(0)
+    assert window.frame.height == 1
+    world = World({p: [] for p in INPUTS})
+    world.start_two()
+    emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
+                             max_message_bytes=1_000_000)
+    records = emitter.window_records(window, EVENT_PLAN)
+    records += emitter.progress_records({p: (5_000, True) for p in INPUTS}, [window])
+    world.repartition = {0: records, 1: []}
+    world.two_next = {0: 0, 1: 0}
+    world.step_two(5_000, crash=False)
+    assert_frame_equal(subscribed(world.output).select("k", "v_sum", "v_max", "row_count"),
+                       pl.DataFrame({"k": ["v"], "v_sum": [3.0], "v_max": [4.0],
+                                     "row_count": [2]}), check_dtypes=False)

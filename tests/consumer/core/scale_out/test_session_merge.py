@@ -265,7 +265,7 @@ def test_one_instances_partitions_send_one_session_of_a_key() -> None:
     emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
                              max_message_bytes=1_000_000)
     records = emitter.window_records(window, EVENT_PLAN)
-    records += emitter.progress_records({p: (5_000, True) for p in INPUTS}, [window])
+    records += emitter.progress_records(dict.fromkeys(INPUTS, (5000, True)), [window])
     world.repartition = {0: records, 1: []}
     world.two_next = {0: 0, 1: 0}
     world.step_two(5_000, crash=False)

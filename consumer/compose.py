@@ -16,6 +16,7 @@ from consumer.core.pipeline import Pipeline
 from consumer.core.plan import AggregationPlan
 from consumer.core.poll import PollPipeline
 from consumer.core.scale_out.pipeline import TwoStagePipeline
+from consumer.core.scale_out.session_runs import SessionRunsEngine
 from consumer.core.scale_out.stage_one import PartialEmitter
 from consumer.core.scale_out.stage_two import StageTwo
 from consumer.core.types import PartitionKey
@@ -86,14 +87,16 @@ def build_two_stages(settings: Settings, inputs: set[PartitionKey]) -> TwoStageP
                     output_format=output.format, compression=output.compression,
                     max_message_bytes=output.max_message_bytes,
                     drop_late=settings.window.late == "drop",
-                    revision_column=settings.window.late == "revise")
+                    revision_column=settings.window.late == "revise",
+                    sessions=settings.window.kind == "session")
     stage_two = StageTwo(routes, partitions=settings.scale_out.partitions, inputs=inputs,
                          merge_every=settings.processing.merge_every_batches,
                          counters=stage_one.counters,
                          budget=(settings.input.max_groups,
                                  settings.input.max_buffered_values),
                          revise_within_ms=revise_within_ms(settings),
-                         emit_every_ms=settings.window.emit_every_ms)
+                         emit_every_ms=settings.window.emit_every_ms,
+                         sessions=session_spec(settings))
     return TwoStagePipeline(stage_one, stage_two, settings.scale_out.repartition_topic,
                             commit_interval_ms=settings.processing.commit_interval_ms)
 
@@ -106,10 +109,15 @@ def build_engine(settings: Settings, plan: AggregationPlan,
                                  idle_timeout_ms=window.idle_timeout_ms,
                                  merge_every=processing.merge_every_batches,
                                  provisional=window.emit_every_ms is not None)
-    if window.kind == "session":
-        assert window.gap_ms is not None  # noqa: S101 - checked by the config model
+    if (spec := session_spec(settings)) is not None and settings.scale_out is not None:
+        return SessionRunsEngine(plan, spec, event_time=window.time == "event",
+                                 time_dtype=time_dtype,
+                                 allowed_lateness_ms=window.allowed_lateness_ms,
+                                 idle_timeout_ms=window.idle_timeout_ms,
+                                 send_every_ms=processing.commit_interval_ms)
+    if spec is not None:
         return SessionWindowEngine(
-            plan, SessionSpec(window.gap_ms, window.max_session_ms),
+            plan, spec,
             event_time=window.time == "event", time_dtype=time_dtype,
             allowed_lateness_ms=window.allowed_lateness_ms,
             idle_timeout_ms=window.idle_timeout_ms,
@@ -123,6 +131,15 @@ def build_engine(settings: Settings, plan: AggregationPlan,
         merge_every=processing.merge_every_batches, partials=settings.scale_out is not None,
         revise_within_ms=revise_within_ms(settings),
         provisional=window.emit_every_ms is not None and settings.scale_out is None)
+
+
+def session_spec(settings: Settings) -> SessionSpec | None:
+    """The sessions' gap and maximum (None: not session windows)."""
+    window = settings.window
+    if window.kind != "session":
+        return None
+    assert window.gap_ms is not None  # noqa: S101 - checked by the config model
+    return SessionSpec(window.gap_ms, window.max_session_ms)
 
 
 def revise_within_ms(settings: Settings) -> int | None:

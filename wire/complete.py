@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 
 import polars as pl
 
-from wire.output import OutputWindow, WindowEnd
-from wire.sessions import SessionTable
+from wire.output import FrontierMarker, OutputWindow, WindowEnd
+from wire.sessions import SessionBatches, SessionTable
 
 # Windows whose results are kept to apply update revisions to; an update of an older
 # one is handed out as it is (its changed groups only, kind "update").
@@ -64,15 +64,16 @@ class WindowAssembler:
         self._max_kept = max_kept_windows
         self._updates: dict[tuple[int, int | None, int], dict[int, OutputWindow]] = {}
         self.sessions = SessionTable()
+        self.session_batches = SessionBatches(self.sessions)
 
-    def add(self, message: OutputWindow | WindowEnd) -> OutputWindow | None:
+    def add(self, message: OutputWindow | WindowEnd | FrontierMarker) -> OutputWindow | None:
         """Take one decoded message; return its window when this message completes it
         (or completes an update revision of it). Session output: each revision once its
-        chunks are in, applied to ``sessions``."""
-        if isinstance(message, OutputWindow) and message.sessions:
-            if not message.final and message.kind == "update":
-                return None  # a provisional session (early results): its closing one says
-            return self.sessions.add(message)
+        chunks are in, applied to ``sessions``; with the scale-out, each part's batch
+        once its frontier marker and all its messages are in."""
+        if isinstance(message, FrontierMarker) or (
+                isinstance(message, OutputWindow) and message.sessions):
+            return self._session(message)
         if isinstance(message, OutputWindow) and message.kind == "update":
             # A provisional revision (early results) of a window still open says nothing
             # about the whole window: its closing revision does.
@@ -98,6 +99,13 @@ class WindowAssembler:
         for update, rows in sorted(collected.updates, key=lambda u: u[0].revision):
             latest = self._apply(update, rows) or latest
         return latest
+
+    def _session(self, message: OutputWindow | FrontierMarker) -> OutputWindow | None:
+        if isinstance(message, FrontierMarker) or message.frontier_batch is not None:
+            return self.session_batches.add(message)
+        if not message.final and message.kind == "update":
+            return None  # a provisional session (early results): its closing one says
+        return self.sessions.add(message)
 
     def _complete(self, collected: _Collected) -> bool:
         if collected.parts is not None:  # the scale-out: every part ended, none short

@@ -46,6 +46,11 @@ HEADER_PART_MESSAGES = "arrowagg.part-messages"
 # window.late: revise a row also lists, in REPLACES_COLUMN, the window_start of the
 # emitted sessions of its keys it replaces.
 HEADER_WINDOW_KIND = "arrowagg.window-kind"
+# Session windows with the scale-out: each part's frontier marker ("every session of this
+# part ending at or before T is out", its value T), and on each message of sessions that
+# went out with it, the T of the marker that follows them.
+HEADER_FRONTIER = "arrowagg.frontier"
+HEADER_FRONTIER_BATCH = "arrowagg.frontier-batch"
 REPLACES_COLUMN = "replaces"
 
 OutputFormat = Literal["arrow", "json"]
@@ -87,6 +92,21 @@ class OutputWindow:
     # Given by wire.complete (complete=True) for session output only: the sessions this
     # revision replaced, as the subscriber held them.
     replaced: pl.DataFrame | None = None
+    frontier_batch: int | None = None  # sessions, scale-out: the marker that follows
+
+
+@dataclass(frozen=True)
+class FrontierMarker:
+    """A session part's frontier marker (scale-out): every session of part ``k`` of
+    ``n`` ending at or before ``through_ms`` is out; ``messages`` messages (with ``rows``
+    sessions from ``input_rows`` input rows) went out with it, each naming it in
+    ``arrowagg.frontier-batch``."""
+
+    through_ms: int
+    part: tuple[int, int]
+    rows: int
+    messages: int
+    input_rows: int
 
 
 @dataclass(frozen=True)
@@ -107,12 +127,14 @@ def encode_window(
     compression: Compression, max_bytes: int, revision: int = 0, final: bool = True,
     part: tuple[int, int] | None = None, kind: RevisionKind = "full",
     keys: Sequence[str] | None = None, sessions: bool = False,
+    frontier_batch: int | None = None,
 ) -> list[OutputMessage]:
     """Encode one window's result ``frame`` (window_start, window_end, keys, aggregates,
     row_count) into one or more messages of at most ``max_bytes``; ``input_rows`` is the
     number of input rows it aggregates. ``keys``: the group-key columns, said in a header
     (update revisions need them to be applied). ``sessions``: the rows are sessions, each
-    with its own bounds (said in a header)."""
+    with its own bounds (said in a header); ``frontier_batch``: the frontier marker
+    these sessions go out with (the scale-out)."""
     frame = _output_columns(frame)
     if fmt == "arrow":
         # One chunk: a streaming group_by leaves a result in many pieces.
@@ -137,6 +159,8 @@ def encode_window(
         base.append((HEADER_WINDOW_KIND, b"session"))
     if part is not None:
         base.append((HEADER_PART, f"{part[0]}/{part[1]}".encode()))
+    if frontier_batch is not None:
+        base.append((HEADER_FRONTIER_BATCH, str(frontier_batch).encode()))
     key = str(start_ms).encode()
     return [
         OutputMessage(key, value, [*base, (HEADER_CHUNK, f"{i}/{len(values)}".encode())])
@@ -184,9 +208,26 @@ def encode_window_end(end: WindowEnd) -> OutputMessage:
     return OutputMessage(str(end.start_ms).encode(), b"", headers)
 
 
-def decode_message(value: bytes | None, headers: Headers) -> OutputWindow | WindowEnd:
-    """Decode any output message: a window's results (or a chunk), or an end marker."""
+def encode_frontier_marker(marker: FrontierMarker) -> OutputMessage:
+    """A session part's frontier marker (no value)."""
+    headers = [
+        (HEADER_FRONTIER, str(marker.through_ms).encode()),
+        (HEADER_WINDOW_KIND, b"session"),
+        (HEADER_PART, f"{marker.part[0]}/{marker.part[1]}".encode()),
+        (HEADER_PART_ROWS, str(marker.rows).encode()),
+        (HEADER_PART_MESSAGES, str(marker.messages).encode()),
+        (HEADER_WINDOW_ROWS, str(marker.input_rows).encode()),
+    ]
+    return OutputMessage(str(marker.through_ms).encode(), b"", headers)
+
+
+def decode_message(value: bytes | None, headers: Headers,
+                   ) -> OutputWindow | WindowEnd | FrontierMarker:
+    """Decode any output message: a window's results (or a chunk), an end-of-window
+    marker, or a session part's frontier marker."""
     found = _text_headers(headers)
+    if HEADER_FRONTIER in found:
+        return _frontier_marker(found)
     if found.get(HEADER_END_OF_WINDOW) != "true":
         return decode_output(value, headers)
     try:
@@ -196,6 +237,16 @@ def decode_message(value: bytes | None, headers: Headers) -> OutputWindow | Wind
                          int(found[HEADER_PART_MESSAGES]), int(found[HEADER_WINDOW_ROWS]))
     except (KeyError, ValueError) as err:
         raise OutputFormatError(f"malformed end-of-window marker (headers: {err})") from err
+
+
+def _frontier_marker(found: Mapping[str, str]) -> FrontierMarker:
+    try:
+        k, _, n = found[HEADER_PART].partition("/")
+        return FrontierMarker(int(found[HEADER_FRONTIER]), (int(k), int(n)),
+                              int(found[HEADER_PART_ROWS]), int(found[HEADER_PART_MESSAGES]),
+                              int(found[HEADER_WINDOW_ROWS]))
+    except (KeyError, ValueError) as err:
+        raise OutputFormatError(f"malformed frontier marker (headers: {err})") from err
 
 
 def _text_headers(headers: Headers) -> dict[str, str]:
@@ -229,8 +280,17 @@ def decode_output(value: bytes | None, headers: Headers) -> OutputWindow:
     except (WireFormatError, pl.exceptions.PolarsError) as err:
         detail = " ".join(str(err).split())[:200]
         raise OutputFormatError(f"its value is not a window's results: {detail}") from err
+    batch = found.get(HEADER_FRONTIER_BATCH)
     return OutputWindow(start, end, *meta, frame=frame, part=part, kind=kind, keys=keys,
-                        sessions=found.get(HEADER_WINDOW_KIND) == "session")
+                        sessions=found.get(HEADER_WINDOW_KIND) == "session",
+                        frontier_batch=None if batch is None else _number(batch))
+
+
+def _number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError as err:
+        raise OutputFormatError(f"a header that is not a number ({err})") from err
 
 
 def _revision_kind(found: Mapping[str, str], *, final: bool, revision: int,

@@ -17,6 +17,10 @@ Provisional rows (early results, ``window.emit_every_ms``: ``final: false``, kin
 every provisional row whose ``window_start`` lies within its ``[window_start,
 window_end)``, as a session that grew or merged covers the starts it went out under
 before. ``wire.complete.WindowAssembler`` (whole sessions only) leaves them out.
+
+With the scale-out, each part's sessions go out in batches, each closed by a frontier
+marker that counts its messages (docs/wire-format.md): ``SessionBatches`` holds a batch
+until the marker and all of its messages are in, then applies it.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import polars as pl
 
-from wire.output import REPLACES_COLUMN, OutputWindow
+from wire.output import REPLACES_COLUMN, FrontierMarker, OutputWindow
 
 # Sessions held to apply revisions to; past this, the earliest ending are let go (a
 # revision replacing one of them then replaces nothing here).
@@ -123,3 +127,57 @@ class SessionTable:
         if self._held is None:
             return pl.DataFrame()
         return self._held.drop(_REVISION, _KIND, _PROVISIONAL)
+
+
+@dataclass
+class _Batch:
+    messages: list[OutputWindow] = field(default_factory=list)
+    marker: FrontierMarker | None = None
+
+
+class SessionBatches:
+    """The scale-out's session output: each part's batches, applied to ``table`` once
+    whole; ``through()`` says through where every part's sessions are in."""
+
+    def __init__(self, table: SessionTable) -> None:
+        self._table = table
+        self._batches: dict[tuple[int, int], _Batch] = {}
+        self._through: dict[int, int] = {}  # part -> its latest whole batch's frontier
+        self._parts: int | None = None
+
+    def add(self, message: OutputWindow | FrontierMarker) -> OutputWindow | None:
+        """Take a message of a batch, or its marker; once the batch is whole, apply it
+        and return its sessions as one message (None: it held none)."""
+        if isinstance(message, FrontierMarker):
+            key = (message.part[0], message.through_ms)
+            self._parts = message.part[1]
+        else:
+            assert message.frontier_batch is not None  # noqa: S101 - routed here by it
+            key = (0 if message.part is None else message.part[0], message.frontier_batch)
+        batch = self._batches.setdefault(key, _Batch())
+        if isinstance(message, FrontierMarker):
+            batch.marker = message
+        else:
+            batch.messages.append(message)
+        if batch.marker is None or len(batch.messages) < batch.marker.messages:
+            return None
+        del self._batches[key]
+        self._through[key[0]] = max(key[1], self._through.get(key[0], key[1]))
+        applied = [w for m in batch.messages if (w := self._table.add(m)) is not None]
+        if not applied:
+            return None
+        frames = [w.frame for w in applied]
+        replaced = [w.replaced for w in applied if w.replaced is not None]
+        return replace(applied[0], start_ms=min(w.start_ms for w in applied),
+                       end_ms=max(w.end_ms for w in applied),
+                       window_rows=sum(w.window_rows for w in applied),
+                       frame=pl.concat(frames, how="diagonal_relaxed"),
+                       replaced=pl.concat(replaced, how="diagonal_relaxed") if replaced
+                       else None)
+
+    def through(self) -> int | None:
+        """Every session ending at or before this is in (None: some part has said
+        nothing yet)."""
+        if self._parts is None or len(self._through) < self._parts:
+            return None
+        return min(self._through.values())

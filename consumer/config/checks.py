@@ -116,14 +116,29 @@ def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
     if settings.window.kind == "count":
         yield (("scale_out",), ("needs time windows: count windows count each instance's "
                "messages, which no two instances share"))
-    if settings.window.kind == "session":
-        yield (("scale_out",), ("session windows run on one instance per consumer group for "
-               "now: stage 2 does not merge partial sessions yet"))
+    yield from _scale_out_session_problems(settings)
     output = settings.output
     if scale_out.repartition_topic in {*settings.input.topics, output.topic,
                                        output.late_topic, output.dlq_topic}:
         yield (("scale_out", "repartition_topic"), (f"{scale_out.repartition_topic!r} is "
                "already an input or output topic; give the repartition a topic of its own"))
+
+
+def _scale_out_session_problems(settings: Settings) -> Iterator[Problem]:
+    """What the scale-out does not do with session windows yet."""
+    window = settings.window
+    if window.kind != "session":
+        return
+    if window.late == "revise":
+        yield (("window", "late"), ("session windows with scale_out take no revisions yet: "
+               "stage 2 keeps no emitted session; use late: topic or drop"))
+    plan = settings.aggregation
+    holistic = [name for name, func in plan.columns.items()
+                if func in ("median", "n_unique") or not isinstance(func, str)]
+    if holistic or plan.expressions:
+        yield (("aggregation",), ("session windows with scale_out take only aggregates that "
+               "merge (sum, count, min, max, mean, first, last) for now: stage 1 does not "
+               "send the sessions' values yet"))
 
 
 def _librdkafka_problems(kafka: KafkaSettings) -> Iterator[Problem]:

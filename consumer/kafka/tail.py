@@ -29,6 +29,7 @@ from wire.input import HEADER_CHUNK, HEADER_SCHEMA_FINGERPRINT, WireFormatError,
 from wire.output import (
     HEADER_WINDOW_END,
     HEADER_WINDOW_START,
+    FrontierMarker,
     OutputFormatError,
     OutputWindow,
     WindowEnd,
@@ -221,7 +222,7 @@ def _read_as(records: Iterator[Record], decode: Callable[[Record], Decoded],
         yield decoded
 
 
-def _output_message(record: Record) -> OutputWindow | WindowEnd:
+def _output_message(record: Record) -> OutputWindow | WindowEnd | FrontierMarker:
     if _is_late(record) or record.header(DLQ_HEADER_PREFIX + "error-class") is not None:
         raise _NotThisError("arrowagg output")
     try:

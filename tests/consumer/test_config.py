@@ -502,15 +502,37 @@ def test_env_values_are_read_as_yaml_unless_the_key_takes_text(
         "service.http_port": "ARROWAGG_SERVICE__HTTP_PORT"}
 
 
-@pytest.mark.parametrize(("window", "says"), [
-    ({"kind": "count", "count_rows": 10}, "needs time windows"),
-    ({"kind": "session", "gap_ms": 1_000, "timestamp_column": "ts"},
-     "session windows run on one instance per consumer group for now"),
+def test_the_scale_out_refuses_windows_stage_2_cannot_merge() -> None:
+    document = minimal(window={"kind": "count", "count_rows": 10},
+                       scale_out={"repartition_topic": "sensors-repartition"})
+    assert config_error(document).startswith("config.yaml: scale_out: needs time windows")
+
+
+SESSIONS = {"kind": "session", "gap_ms": 1_000, "timestamp_column": "ts"}
+
+
+def test_the_scale_out_takes_sessions_with_aggregates_that_merge() -> None:
+    settings = settings_from_dict(minimal(
+        window=SESSIONS, aggregation={"columns": {"power": "mean", "n": "count"}},
+        scale_out={"repartition_topic": "sensors-repartition"}))
+    assert settings.scale_out is not None
+    assert settings.window.kind == "session"
+
+
+@pytest.mark.parametrize(("sections", "says"), [
+    ({"window": {**SESSIONS, "late": "revise", "revision_lateness_ms": 5_000}},
+     "window.late: session windows with scale_out take no revisions yet"),
+    ({"window": SESSIONS, "aggregation": {"columns": {"power": "median"}}},
+     "aggregation: session windows with scale_out take only aggregates that merge"),
+    ({"window": SESSIONS, "aggregation": {"columns": {"power": {"quantile": 0.9}}}},
+     "aggregation: session windows with scale_out take only aggregates that merge"),
+    ({"window": SESSIONS, "aggregation": {"expressions": {"p": "pl.col('power').sum()"}}},
+     "aggregation: session windows with scale_out take only aggregates that merge"),
 ])
-def test_the_scale_out_refuses_windows_stage_2_cannot_merge(
-        window: dict[str, Any], says: str) -> None:
-    document = minimal(window=window, scale_out={"repartition_topic": "sensors-repartition"})
-    assert config_error(document).startswith(f"config.yaml: scale_out: {says}")
+def test_the_scale_out_refuses_what_it_does_not_do_with_sessions_yet(
+        sections: dict[str, Any], says: str) -> None:
+    document = minimal(**sections, scale_out={"repartition_topic": "sensors-repartition"})
+    assert config_error(document).startswith(f"config.yaml: {says}")
 
 
 def test_session_early_results_run_on_one_instance_and_are_refused_with_the_scale_out() -> None:

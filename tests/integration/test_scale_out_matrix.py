@@ -10,6 +10,11 @@ beyond it (the late topic).
 Each cell: what a subscriber holds after applying every committed revision equals DuckDB
 over every (row, window) not sent to the late topic; one final row per (window, keys);
 every part of every window ended; no duplicate, nothing lost; every exit clean.
+
+Session windows are cells of their own (aggregates that merge, late: topic): partial
+sessions of every key come from every partition and instance, and some rows come far
+behind (late) or just behind (merged); what a subscriber assembles from each part's
+frontier-marked batches equals DuckDB's sort-and-scan over the rows not sent late.
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ from tests.integration.faults import (
     DurablePublisher,
     PacedPublishing,
     read_topic,
+    wait_until,
     write_figures,
 )
 from tests.integration.instances import (
     INPUT_PARTITIONS,
+    REPARTITIONS,
     SIZE_MS,
     STEP_MS,
     WORKERS,
@@ -45,6 +52,7 @@ from tests.integration.instances import (
     make_topics,
     wait_all_windows,
 )
+from tests.integration.session_data import SUMS, session_input, session_reference
 from wire.input import decode_ipc_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -220,3 +228,99 @@ def test_every_feature_scales_out_exactly(
     assert all(code in (0, -signal.SIGKILL) for code in instances.exits)
     assert_frame_equal(got.select(expected.columns).sort(window_keys), expected,
                        check_exact=False, rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)
+
+
+# -- session windows -------------------------------------------------------------------
+
+GAP_MS = 100
+SESSION_STEPS = 90
+SESSION_SECTIONS: dict[str, dict[str, Any]] = {
+    "window": {"kind": "session", "size_ms": None, "gap_ms": GAP_MS, "late": "topic",
+               "allowed_lateness_ms": SIZE_MS},
+    "aggregation": {"columns": {"row_id": "count", "power": "mean"}},
+}
+SESSION_AGGREGATES = SUMS.replace("SUM(power) AS power", "AVG(power) AS power") + \
+    ", COUNT(row_id)::BIGINT AS row_id"
+FAR_BACK_MS = 6 * SIZE_MS  # beyond allowed lateness and the gap: late
+NEAR_BACK_MS = SIZE_MS // 2  # within allowed lateness: merged
+
+
+def session_cell_input(rng: random.Random) -> tuple[list[tuple[int, pa.Table]], set[int]]:
+    """Workers write their partitions in event-time order, every key in every partition,
+    keys pausing longer than the gap now and then (tests/integration/session_data.py);
+    every 10th step one also sends rows far behind (late) or just behind (not late).
+    Returns the batches and the row_ids sent far behind."""
+    batches, far, next_id = [], set(), 0
+    steps = session_input(SESSION_STEPS, WORKERS, STEP_MS)
+    for index, (worker, table) in enumerate(steps):
+        batches.append((worker % INPUT_PARTITIONS, numbered(table, next_id)))
+        next_id += table.num_rows
+        step = index // WORKERS
+        if worker == 0 and step >= 40 and step % 10 == 0:
+            back = rng.choice([FAR_BACK_MS, NEAR_BACK_MS])
+            behind = numbered(sensor_table(rng, 10, T0 + step * STEP_MS - back, STEP_MS),
+                              next_id)
+            if back == FAR_BACK_MS:
+                far |= set(range(next_id, next_id + behind.num_rows))
+            next_id += behind.num_rows
+            batches.append((rng.randrange(INPUT_PARTITIONS), behind))
+    return batches, far
+
+
+def session_frontiers(bootstrap: str, topic: str) -> dict[bytes, int]:
+    """Each part's furthest frontier marker on the output topic."""
+    through: dict[bytes, int] = {}
+    for record in read_topic(bootstrap, topic, 2, quiet_s=1.0):
+        if (marker := record.headers.get("arrowagg.frontier")) is not None:
+            part = record.headers["arrowagg.part"]
+            through[part] = max(int(marker), through.get(part, int(marker)))
+    return through
+
+
+def test_session_windows_scale_out_exactly(
+    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+) -> None:
+    topics = make_topics(topic_factory)
+    data, far = session_cell_input(random.Random(35))
+    rows = pa.concat_tables([t for _, t in data])
+    last_end = int(pl.DataFrame(rows).select(pl.col("ts").dt.epoch("ms").max()).item()) + GAP_MS
+    instances = Instances(tmp_path, bootstrap, topics, sections=SESSION_SECTIONS)
+    publisher = DurablePublisher(bootstrap, topics["input"])
+    started = time.monotonic()
+    try:
+        publishing = PacedPublishing(publisher, data, pause_s=0.02)
+        churned = churn(instances, publishing)
+        publisher.flush()
+        # Every partition idle: every session out, every part's marker past the last.
+        wait_until(lambda: (t := session_frontiers(bootstrap, topics["output"])) and len(t)
+                   == REPARTITIONS and min(t.values()) >= last_end,
+                   timeout_s=120, what="every part's frontier past the last session")
+        instances.stop_all()
+    finally:
+        instances.kill_all()
+    late = late_pairs(bootstrap, topics["late"])
+    late_ids = set(late.get_column("row_id").to_list())
+    wholes = list(read_output(bootstrap, topics["output"], idle_timeout_s=3.0, complete=True))
+    got = pl.concat([w.frame for w in wholes]).with_columns(
+        pl.col("window_start", "window_end").dt.epoch("ms"), pl.col(KEYS).cast(pl.String))
+    kept = rows.filter(pa.array([i not in late_ids for i in rows.column("row_id").to_pylist()]))
+    expected = session_reference([kept], GAP_MS, SESSION_AGGREGATES)
+    session_keys = ["window_start", *KEYS]
+    figures = {
+        "cell": "session/topic", "input_rows": rows.num_rows, "sessions": expected.height,
+        "output_rows": got.height, "late_rows": len(late_ids), "far_behind_rows": len(far),
+        "duplicates": got.group_by(session_keys).len().filter(pl.col("len") > 1).height,
+        "lost": expected.join(got, on=session_keys, how="anti").height,
+        "exit_codes": instances.exits, "seconds": round(time.monotonic() - started, 1),
+        **churned,
+    }
+    write_figures("scale_out_matrix_session_topic", figures)
+    assert late_ids == far, "exactly the rows far behind are late, each once"
+    assert late.height == len(far)
+    assert figures["duplicates"] == 0
+    assert int(got.get_column("row_count").sum()) + len(late_ids) == rows.num_rows
+    assert churned["elder_exit"] == 1
+    assert "fenced" in churned["elder_line"]
+    assert all(code in (0, -signal.SIGKILL) for code in instances.exits)
+    assert_frame_equal(got.select(expected.columns).sort(session_keys), expected.sort(
+        session_keys), check_exact=False, rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)

@@ -12,13 +12,19 @@ from polars.testing import assert_frame_equal
 
 from wire.complete import WindowAssembler
 from wire.output import (
+    FrontierMarker,
     OutputFormat,
     OutputWindow,
     RevisionKind,
+    WindowEnd,
+    decode_message,
     decode_output,
+    encode_frontier_marker,
     encode_window,
 )
 from wire.sessions import SessionTable
+
+Decoded = OutputWindow | WindowEnd | FrontierMarker
 
 UTC_MS = pl.Datetime("ms", "UTC")
 
@@ -146,3 +152,36 @@ def test_the_assembler_leaves_provisional_sessions_out() -> None:
     (closing,) = decoded(sessions(("a", 0, 250, 3, [])), revision=1)
     assert assembler.add(closing) is not None
     assert held(assembler.sessions) == [("a", 0, 3)]
+
+
+def test_a_parts_batch_is_handed_out_once_its_marker_and_messages_are_in() -> None:
+    """The scale-out: a part's sessions wait for the frontier marker that counts them,
+    in whatever order they arrive; through() is the lowest part's frontier."""
+    def sessions(start: int, rows: int) -> pl.DataFrame:
+        return pl.DataFrame({
+            "window_start": [datetime.fromtimestamp(start / 1000, UTC)] * rows,
+            "window_end": [datetime.fromtimestamp((start + 100) / 1000, UTC)] * rows,
+            "k": [f"k{i}" for i in range(rows)], "row_count": [1] * rows})
+
+    def data(start: int, part: int, through: int) -> list[Decoded]:
+        return [decode_message(m.value, m.headers) for m in encode_window(
+            sessions(start, 2), start_ms=start, end_ms=start + 100, input_rows=2, fmt="arrow",
+            compression="zstd", max_bytes=1_000_000, part=(part, 2), keys=["k"],
+            sessions=True, frontier_batch=through)]
+
+    def marker(part: int, through: int, messages: int) -> Decoded:
+        m = encode_frontier_marker(FrontierMarker(through, (part, 2), 2 * messages,
+                                                  messages, 2 * messages))
+        return decode_message(m.value, m.headers)
+
+    assembler = WindowAssembler()
+    first, second = data(0, 1, 500), data(200, 1, 500)
+    assert assembler.add(marker(1, 500, 2)) is None
+    assert assembler.add(first[0]) is None
+    assert assembler.session_batches.through() is None
+    whole = assembler.add(second[0])
+    assert whole is not None
+    assert whole.frame.height == 4
+    assert assembler.session_batches.through() is None, "part 2 has said nothing yet"
+    assert assembler.add(marker(2, 400, 0)) is None
+    assert assembler.session_batches.through() == 400

@@ -58,7 +58,7 @@ class Completed:
 
 
 @dataclass
-class _Reports:
+class Reports:
     """The input partitions' progress as reported to this repartition partition."""
 
     known: set[PartitionKey]
@@ -104,7 +104,7 @@ class MergeEngine:
         the floor and revise them with the partials that come for them. ``provisional``:
         note changed groups, for early results."""
         self.partition = partition
-        self._reports = _Reports(set(inputs))
+        self._reports = Reports(set(inputs))
         self._merge_every = merge_every
         self._track_changes = provisional
         self._plan_text: str | None = None

@@ -4,7 +4,9 @@ emitted as complete windows (consumer/core/scale_out/merge.py has the rules).
 For each complete window, each repartition partition writes its part of the results
 (``arrowagg.part: k/n``, every message ``final``) and then an end-of-window marker with
 the part's row and message counts, so a subscriber knows when it has the whole window
-(docs/wire-format.md). One transaction holds them and the repartition offsets.
+(docs/wire-format.md). Session windows have no shared bounds: each partition writes the
+sessions it completed and then a frontier marker (consumer/core/scale_out/session_merge.py).
+One transaction holds them and the repartition offsets.
 """
 
 from __future__ import annotations
@@ -17,9 +19,17 @@ from consumer.core.late import late_aggregate_records
 from consumer.core.offsets import CommitMetadata, CommitPoint
 from consumer.core.poll import Consumed, Counters, Processed
 from consumer.core.scale_out.merge import Completed, MergeEngine
+from consumer.core.scale_out.session_merge import SessionMergeEngine
 from consumer.core.types import ClosedWindow, InputMessage, OutputRecord, PartitionKey
+from consumer.core.windows.session.spans import SessionSpec
 from wire.errors import ArrowaggError
-from wire.output import WindowEnd, encode_window, encode_window_end
+from wire.output import (
+    FrontierMarker,
+    WindowEnd,
+    encode_frontier_marker,
+    encode_window,
+    encode_window_end,
+)
 from wire.repartition import (
     KIND_PARTIAL,
     KIND_VALUES,
@@ -36,11 +46,12 @@ class StageTwo:
                  merge_every: int, counters: Counters,
                  budget: tuple[int, int] | None = None,
                  revise_within_ms: int | None = None, emit_every_ms: int | None = None,
-                 ) -> None:
+                 sessions: SessionSpec | None = None) -> None:
         """``partitions``: the repartition topic's partition count (n in "part k of n");
         ``inputs``: the input partitions known at start (more are learnt from reports);
         ``budget``: the groups and buffered values stage 2 may hold (input.max_groups,
-        input.max_buffered_values) before it emits its windows early."""
+        input.max_buffered_values) before it emits its windows early; ``sessions``:
+        session windows (each partition then merges partial sessions)."""
         self._routes = routes
         self._parts = partitions
         self._inputs = inputs
@@ -50,13 +61,19 @@ class StageTwo:
         self._revise_within_ms = revise_within_ms
         self._emit_every_ms = emit_every_ms  # early results this often (None: none)
         self._last_provisional_ms: int | None = None
-        self._engines: dict[PartitionKey, MergeEngine] = {}
+        self._sessions = sessions
+        self._engines: dict[PartitionKey, MergeEngine | SessionMergeEngine] = {}
         self._pending: list[OutputRecord] = []
 
     # -- partitions ----------------------------------------------------------------------
 
     def assign(self, partition: PartitionKey, committed: int | None,
                metadata: CommitMetadata | None) -> None:
+        if self._sessions is not None:
+            self._engines[partition] = SessionMergeEngine(
+                partition, self._inputs, self._sessions, committed=committed,
+                metadata=metadata)
+            return
         self._engines[partition] = MergeEngine(partition, self._inputs, committed=committed,
                                                metadata=metadata,
                                                merge_every=self._merge_every,
@@ -108,6 +125,9 @@ class StageTwo:
         over = self._over_budget()
         provisional = self._provisional_due(now_ms)
         for _, engine in sorted(self._engines.items()):
+            if isinstance(engine, SessionMergeEngine):
+                self._pending += self._session_records(engine, windows)
+                continue
             # Revisions first: their partials came before this close, which may end
             # their windows' retention.
             self._pending += [r for w in engine.revisions() for r in self._update(engine, w)]
@@ -173,6 +193,29 @@ class StageTwo:
                                           sent.messages, sent.input_rows))
         return [OutputRecord(routes.output_topic, m.key, m.value, m.headers)
                 for m in [*data, end]]
+
+    def _session_records(self, engine: SessionMergeEngine,
+                         windows: list[ClosedWindow]) -> list[OutputRecord]:
+        """The sessions this partition completed, each message naming the frontier marker
+        that follows them; the marker, when its frontier moved; late partial sessions."""
+        routes, part = self._routes, (engine.partition[1] + 1, self._parts)
+        records = [r for late in engine.late_windows() for r in self._late_records(late)]
+        done = engine.close_due()
+        if done is None:
+            return records
+        closed, through = done
+        messages = [m for window in closed for m in encode_window(
+            results_frame(window, routes), start_ms=window.start_ms, end_ms=window.end_ms,
+            input_rows=window.input_rows, fmt=routes.output_format,
+            compression=routes.compression, max_bytes=routes.max_message_bytes, part=part,
+            revision=window.revision, final=window.final, kind=window.kind,
+            keys=engine.keys(), sessions=True, frontier_batch=through)]
+        messages.append(encode_frontier_marker(FrontierMarker(
+            through, part, sum(w.frame.height for w in closed), len(messages),
+            sum(w.input_rows for w in closed))))
+        windows += closed
+        return [*records, *(OutputRecord(routes.output_topic, m.key, m.value, m.headers)
+                            for m in messages)]
 
     def _update(self, engine: MergeEngine, window: ClosedWindow) -> list[OutputRecord]:
         """The changed groups' results as this part's next revision of a window: of one

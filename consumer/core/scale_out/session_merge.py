@@ -1,0 +1,209 @@
+"""Stage 2 of the scale-out for session windows, for one repartition partition: every
+instance's partial sessions of the keys that hash here merged into sessions, each emitted
+once every input partition's frontier is past its end.
+
+Partial sessions (consumer/core/scale_out/session_runs.py) merge as runs merge on one
+instance (``SessionSet``): those of the same keys whose windows touch or overlap become
+one, whichever instance and input partition each came from. The floor is the scale-out's
+(consumer/core/scale_out/merge.py, ``Reports``): the lowest frontier among the input
+partitions that are not idle. Stage 1 reports as frontier a time every partial it sends
+later starts at or after, so a session ending at or before the floor can no longer grow:
+it goes out, and the floor becomes this part's *emitted-through*, said to subscribers by
+a frontier marker ("every session of this part ending at or before T is out").
+
+A partial session starting before emitted-through could reach a session already out (an
+input partition that was idle brings rows again): it is late, finalized for the late
+topic as aggregates, never merged.
+
+**Offsets and replay.** A session remembers the first record (offset) that fed it; the
+committed repartition offset is the oldest open session's first record. A restart replays
+from there up to the recorded position, merging every partial with no lateness test, then
+forgets the rebuilt sessions ending at or before the committed emitted-through (they went
+out: an emitted session touched no open one, and no partial read after it reached it) and
+keeps the others open, whole (their first records are replayed).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from consumer.core.aggregate import PartialAggregator
+from consumer.core.offsets import CommitMetadata, CommitPoint
+from consumer.core.scale_out.merge import Reports, plan_from_text
+from consumer.core.scale_out.session_runs import PARTIAL_FIRST, PARTIAL_LAST
+from consumer.core.types import ClosedWindow, PartitionKey
+from consumer.core.windows.session.output import SessionOutput
+from consumer.core.windows.session.session_set import SessionSet
+from consumer.core.windows.session.spans import (
+    BUCKET,
+    EARLY_REVISIONS,
+    END,
+    FIRST,
+    FRONTIER,
+    KEPT,
+    LAST,
+    LAST_SEQ,
+    NEXT_REVISION,
+    REPLACES,
+    SCATTERED,
+    SEQ,
+    SID,
+    STATE_FIRST,
+    STATE_LAST,
+    SessionSpec,
+    SidAllocator,
+)
+from wire.repartition import KIND_VALUES, Partial, ProgressRecord
+
+
+class SessionMergeEngine:
+    def __init__(self, partition: PartitionKey, inputs: set[PartitionKey], spec: SessionSpec,
+                 *, committed: int | None, metadata: CommitMetadata | None) -> None:
+        self.partition = partition
+        self._spec = spec
+        self._reports = Reports(set(inputs))
+        self._plan_text: str | None = None
+        self._aggregator: PartialAggregator | None = None
+        self._sessions: SessionSet | None = None
+        self._output: SessionOutput | None = None
+        self._sids = SidAllocator()
+        self._emitted_through = None if metadata is None else metadata.frontier
+        self._next = committed
+        self._reached = max(committed or 0, 0 if metadata is None else metadata.position)
+        # Records below it were read before the restart: merged with no lateness test.
+        self._replay_until = -1 if metadata is None else metadata.position
+        self._late: list[ClosedWindow] = []
+
+    # -- records in ----------------------------------------------------------------------
+
+    def add_partial(self, offset: int, partial: Partial) -> None:
+        if partial.kind == KIND_VALUES:
+            raise ValueError("session windows with the scale-out take no buffered values")
+        self._moved(offset)
+        sessions, aggregator = self._sessions_for(partial.plan)
+        state = pl.DataFrame(partial.state)
+        categorical = [n for n, t in state.schema.items() if isinstance(t, pl.Categorical)]
+        rows = self._as_sessions(state.with_columns(pl.col(categorical).cast(pl.String)),
+                                 aggregator, offset)
+        if not self._replaying(offset) and self._emitted_through is not None:
+            late = rows.filter(pl.col(FIRST) < self._emitted_through)
+            if late.height:
+                assert self._output is not None  # noqa: S101 - built with the set
+                self._late += self._output.windows(late, final=True)
+                rows = rows.filter(pl.col(FIRST) >= self._emitted_through)
+        # One record's sessions are apart (stage 1 merged them): each merges on its own.
+        sessions.add(sessions.merge_in(rows))
+
+    def add_progress(self, offset: int, progress: ProgressRecord) -> None:
+        self._moved(offset)
+        self._reports.update(progress)
+
+    def skip(self, offset: int) -> None:
+        self._moved(offset)
+
+    def _moved(self, offset: int) -> None:
+        if not self._replaying(offset):
+            self._end_replay()
+        self._next = max(offset + 1, self._next or 0)
+        self._reached = max(self._reached, offset + 1)
+
+    def _replaying(self, offset: int) -> bool:
+        return offset < self._replay_until
+
+    def _end_replay(self) -> None:
+        """The replay is over: rebuilt sessions ending at or before emitted-through went
+        out before the restart; the others are open."""
+        if self._replay_until < 0:
+            return
+        self._replay_until = -1
+        if self._sessions is not None and self._emitted_through is not None:
+            self._sessions.pop(pl.col(END) <= self._emitted_through)
+
+    def _sessions_for(self, plan_text: str) -> tuple[SessionSet, PartialAggregator]:
+        if self._sessions is None or self._aggregator is None or plan_text != self._plan_text:
+            if self._sessions is not None and len(self._sessions):
+                raise ValueError("the aggregation plan changed while sessions were open")
+            plan = plan_from_text(plan_text)
+            if any(a.holistic for a in plan.aggregates) or plan.expressions:
+                raise ValueError("session windows with the scale-out take no aggregates "
+                                 "that need the session's values")
+            self._plan_text = plan_text
+            self._aggregator = PartialAggregator(plan, (SID,))
+            keys = list(plan.keys)
+            self._sessions = SessionSet(self._aggregator, keys, self._spec, self._sids)
+            self._output = SessionOutput(self._aggregator, keys, None, revising=False)
+        return self._sessions, self._aggregator
+
+    def _as_sessions(self, state: pl.DataFrame, aggregator: PartialAggregator,
+                     offset: int) -> pl.DataFrame:
+        """Partial sessions as ``SessionSet`` rows, fed by the record at ``offset``."""
+        base = self._sids.take(state.height)
+        with_sid = state.with_columns((pl.int_range(pl.len(), dtype=pl.Int64) + base).alias(SID))
+        imported = aggregator.import_state(with_sid)
+        spec, first, last = self._spec, pl.col(PARTIAL_FIRST), pl.col(PARTIAL_LAST)
+        bucket = spec.bucket(first)
+        meta = with_sid.select(
+            SID, *aggregator.plan.keys, first.alias(FIRST), last.alias(LAST),
+            spec.end(last, bucket).alias(END), bucket.alias(BUCKET),
+            pl.lit(offset, pl.Int64).alias(SEQ), pl.lit(offset, pl.Int64).alias(LAST_SEQ),
+            pl.lit(0, pl.Int64).alias(EARLY_REVISIONS), pl.lit(None, pl.Int64).alias(FRONTIER),
+            first.alias(STATE_FIRST), last.alias(STATE_LAST),
+            pl.lit(value=False).alias(SCATTERED), pl.lit(value=False).alias(KEPT),
+            pl.lit(0, pl.Int64).alias(NEXT_REVISION),
+            pl.lit([], pl.List(pl.Int64)).alias(REPLACES))
+        return imported.join(meta, on=SID)
+
+    # -- sessions out --------------------------------------------------------------------
+
+    def close_due(self) -> tuple[list[ClosedWindow], int] | None:
+        """The sessions the floor has passed, and the new emitted-through (None: it did
+        not move)."""
+        if self.replaying():
+            return None
+        self._end_replay()
+        floor = self._reports.floor()
+        if floor is None or (self._emitted_through is not None
+                             and floor <= self._emitted_through):
+            return None
+        self._emitted_through = floor
+        if self._sessions is None or self._output is None:
+            return [], floor
+        due = self._sessions.pop(pl.col(END) <= floor)
+        windows = self._output.windows(due, final=True) if due.height else []
+        return windows, floor
+
+    def late_windows(self) -> list[ClosedWindow]:
+        """Late partial sessions since the last call, finalized, for the late topic."""
+        late, self._late = self._late, []
+        return late
+
+    def keys(self) -> tuple[str, ...]:
+        return () if self._aggregator is None else self._aggregator.plan.keys
+
+    def commit_point(self) -> CommitPoint | None:
+        if self._next is None:
+            return None
+        oldest = None if self._sessions is None else self._sessions.min_seq()
+        offset = self._next if oldest is None else min(oldest, self._next)
+        return CommitPoint(offset, CommitMetadata(self._emitted_through,
+                                                  max(self._reached, self._next), None))
+
+    # -- state ---------------------------------------------------------------------------
+
+    def replaying(self) -> bool:
+        return self._replay_until >= 0 and (self._next is None
+                                            or self._next < self._replay_until)
+
+    def waiting(self) -> int:
+        """Sessions held here, not yet complete."""
+        return 0 if self._sessions is None else len(self._sessions)
+
+    def holding_back(self) -> list[PartitionKey]:
+        return self._reports.holding_back() if self.waiting() else []
+
+    def groups(self) -> int:
+        return self.waiting()
+
+    def buffered_values(self) -> int:
+        return 0
+

@@ -23,7 +23,12 @@ from consumer.kafka.tail import read_output
 from tests.conftest import REPO, TopicFactory
 from tests.integration.conftest import committed_offsets, end_offsets
 from tests.integration.data import KEYS, T0, reference, sensor_table
-from tests.integration.faults import late_rows_logged, read_topic, wait_until
+from tests.integration.faults import (
+    hanging_transactions,
+    late_rows_logged,
+    read_topic,
+    wait_until,
+)
 from wire.output import WindowEnd, decode_message
 
 INPUT_PARTITIONS = 4
@@ -155,8 +160,24 @@ def wait_all_windows(bootstrap: str, topics: dict[str, str],
     steps = pl.concat([pl.DataFrame(t) for _, t in data]).select(
         pl.col("ts").dt.epoch("ms") // step_ms).to_series()
     windows_sent = pl.concat([steps - k for k in range(size_ms // step_ms)]).n_unique()
-    wait_until(lambda: end_markers(bootstrap, topics["output"]) >= windows_sent * parts,
-               timeout_s=120, what="every part of every window ended")
+    try:
+        wait_until(lambda: end_markers(bootstrap, topics["output"]) >= windows_sent * parts,
+                   timeout_s=120, what="every part of every window ended")
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out}: {markers_seen(bootstrap, topics['output'])}"
+                             ) from timed_out
+
+
+def markers_seen(bootstrap: str, topic: str) -> str:
+    """What a reader sees of the end-of-window markers, and whether an open transaction
+    holds the output back: the story a timed-out wait needs (it failed once in a soak
+    run with every window logged as emitted, and said nothing more)."""
+    seen = sorted((int(r.headers["arrowagg.window-start"]), r.headers["arrowagg.part"].decode())
+                  for r in read_topic(bootstrap, topic, 2, quiet_s=3.0)
+                  if r.headers.get("arrowagg.end-of-window") == b"true")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return (f"markers read_committed (window_start, part): {seen}; partitions whose last "
+            f"stable offset is behind (gap): {hanging_transactions(admin, topic, 2)}")
 
 
 def check_output(bootstrap: str, topics: dict[str, str], data: list[tuple[int, pa.Table]],

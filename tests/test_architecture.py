@@ -135,3 +135,30 @@ def test_every_module_is_in_the_design_map() -> None:
     assert not missing, f"modules missing from docs/design.md's Layout: {', '.join(missing)}"
     gone = sorted(n for n in named if not (REPO / n).exists())
     assert not gone, f"docs/design.md names modules that do not exist: {', '.join(gone)}"
+
+
+def test_imported_test_modules_finds_both_forms_of_import(tmp_path: Path) -> None:
+    source = tmp_path / "test_x.py"
+    source.write_text("import os\nfrom tests.a.test_b import X\nfrom tests.a.helpers import Y\n"
+                      "import tests.c.test_d\n")
+    assert imported_test_modules(source) == ["tests.a.test_b", "tests.c.test_d"]
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared helpers live in conftest or helper modules: a test module imported by
+    another runs its module-level code twice and ties two tests' edits together."""
+    offenders = {str(path.relative_to(REPO)): imported
+                 for path in sorted((REPO / "tests").rglob("test_*.py"))
+                 if (imported := imported_test_modules(path))}
+    assert offenders == {}, "move what they share to a helper module or conftest"
+
+
+def imported_test_modules(path: Path) -> list[str]:
+    """The test modules (``test_*``) that ``path`` imports."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+        elif isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+    return [n for n in names if n.rsplit(".", 1)[-1].startswith("test_")]

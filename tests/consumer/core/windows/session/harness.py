@@ -12,13 +12,21 @@ import duckdb
 import polars as pl
 
 from consumer.core.offsets import CommitPoint
-from consumer.core.plan import AggregationPlan
+from consumer.core.plan import AggregationPlan, Quantile, derive_plan
 from consumer.core.types import ClosedWindow, PartitionKey
 from consumer.core.windows.session.engine import SessionWindowEngine
 from consumer.core.windows.session.spans import SessionSpec
-from tests.consumer.core.windows.helpers import EVENT_PLAN, UTC_MS, Row, frame, ref
+from tests.consumer.core.windows.helpers import EVENT_PLAN, SCHEMA, UTC_MS, Row, frame, ref
 
 SORT = ["k", "window_start"]
+# Aggregates that do not decompose, and DuckDB's for them over a session's rows.
+HOLISTIC_PLAN = derive_plan(
+    SCHEMA, time_column="ts",
+    overrides={"v_sum": "median", "n_count": "n_unique", "v_max": Quantile(0.75)},
+    expressions={"spread": "pl.col('v_max').max() - pl.col('v_max').min()"})
+# quantile_cont is linear interpolation, as Polars' 'linear'; median is its q = 0.5.
+HOLISTIC_SQL = """quantile_cont(v_sum, 0.5) AS v_sum, count(DISTINCT n_count) AS n_count,
+    quantile_cont(v_max, 0.75) AS v_max, max(v_max) - min(v_max) AS spread"""
 
 
 def session_engine(*, gap_ms: int = 100, max_session_ms: int | None = None,

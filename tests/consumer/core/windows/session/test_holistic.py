@@ -10,10 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from consumer.core.plan import Quantile, derive_plan
 from consumer.core.types import PartitionKey
-from tests.consumer.core.windows.helpers import P0, P1, SCHEMA, Row, frame, ref
+from tests.consumer.core.windows.helpers import P0, P1, Row, frame, ref
 from tests.consumer.core.windows.session.harness import (
+    HOLISTIC_PLAN,
+    HOLISTIC_SQL,
     Message,
     MiniDaemon,
     emitted,
@@ -22,13 +23,6 @@ from tests.consumer.core.windows.session.harness import (
     session_reference,
 )
 
-HOLISTIC_PLAN = derive_plan(
-    SCHEMA, time_column="ts",
-    overrides={"v_sum": "median", "n_count": "n_unique", "v_max": Quantile(0.75)},
-    expressions={"spread": "pl.col('v_max').max() - pl.col('v_max').min()"})
-# quantile_cont is linear interpolation, as Polars' 'linear'; median is its q = 0.5.
-HOLISTIC_SQL = """quantile_cont(v_sum, 0.5) AS v_sum, count(DISTINCT n_count) AS n_count,
-    quantile_cont(v_max, 0.75) AS v_max, max(v_max) - min(v_max) AS spread"""
 # Three buffered columns: v_sum, n_count, v_max.
 BUFFERED_COLUMNS = 3
 

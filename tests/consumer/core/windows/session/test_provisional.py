@@ -19,6 +19,8 @@ from polars.testing import assert_frame_equal
 from consumer.core.types import ClosedWindow, PartitionKey
 from tests.consumer.core.windows.helpers import P0, P1, Row
 from tests.consumer.core.windows.session.harness import (
+    HOLISTIC_PLAN,
+    HOLISTIC_SQL,
     SORT,
     MiniDaemon,
     emitted,
@@ -27,7 +29,6 @@ from tests.consumer.core.windows.session.harness import (
     session_engine,
     session_reference,
 )
-from tests.consumer.core.windows.session.test_holistic import HOLISTIC_PLAN, HOLISTIC_SQL
 
 FAR = 10**12  # every partition idle: every session closes
 

@@ -14,6 +14,8 @@ from consumer.core.plan import AggregationPlan
 from consumer.core.types import ClosedWindow, PartitionKey
 from tests.consumer.core.windows.helpers import EVENT_PLAN, P0, P1, Row, frame
 from tests.consumer.core.windows.session.harness import (
+    HOLISTIC_PLAN,
+    HOLISTIC_SQL,
     Message,
     MiniDaemon,
     Output,
@@ -24,7 +26,6 @@ from tests.consumer.core.windows.session.harness import (
     session_engine,
     session_reference,
 )
-from tests.consumer.core.windows.session.test_holistic import HOLISTIC_PLAN, HOLISTIC_SQL
 
 rows_st = st.tuples(st.sampled_from(["a", "b", None]), st.integers(0, 3_000),
                     st.integers(-64, 64).map(lambda i: i / 4), st.integers(-100, 100),

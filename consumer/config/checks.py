@@ -102,13 +102,6 @@ def _topic_problems(settings: Settings) -> Iterator[Problem]:
                "late rows and dead letters need a topic each"))
 
 
-def _early_results_problems(settings: Settings) -> Iterator[Problem]:
-    window = settings.window
-    if window.emit_every_ms is not None and window.kind == "session" and settings.scale_out:
-        yield (("window", "emit_every_ms"), ("session windows give early results on one "
-               "instance only: stage 2 of the scale-out does not tell open sessions yet"))
-
-
 def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
     scale_out = settings.scale_out
     if scale_out is None:
@@ -199,7 +192,7 @@ def cross_key_problems(settings: Settings) -> list[Problem]:
     """What the one-key-at-a-time validation cannot see."""
     return [*_window_key_problems(settings.window), *_revision_problems(settings.window),
             *_topic_problems(settings),
-            *_scale_out_problems(settings), *_early_results_problems(settings),
+            *_scale_out_problems(settings),
             *_librdkafka_problems(settings.kafka)]
 
 

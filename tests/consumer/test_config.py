@@ -535,15 +535,25 @@ def test_the_scale_out_refuses_what_it_does_not_do_with_sessions_yet(
     assert config_error(document).startswith(f"config.yaml: {says}")
 
 
-def test_session_early_results_run_on_one_instance_and_are_refused_with_the_scale_out() -> None:
+@pytest.mark.parametrize("scale_out", [None, {"repartition_topic": "sensors-repartition"}],
+                         ids=["one-instance", "scale-out"])
+def test_session_early_results_run_on_one_instance_and_with_the_scale_out(
+        scale_out: dict[str, str] | None) -> None:
     window = {"kind": "session", "gap_ms": 1_000, "timestamp_column": "ts",
               "emit_every_ms": 500}
-    assert settings_from_dict(minimal(window=window)).window.emit_every_ms == 500
-    error = config_error(minimal(window=window,
-                                 scale_out={"repartition_topic": "sensors-repartition"}))
-    assert ("config.yaml: window.emit_every_ms: session windows give early results on one "
-            "instance "
-            "only") in error
+    document = minimal(window=window) if scale_out is None else minimal(window=window,
+                                                                        scale_out=scale_out)
+    assert settings_from_dict(document).window.emit_every_ms == 500
+
+
+def test_session_early_results_with_the_scale_out_keep_its_other_refusals() -> None:
+    window = {"kind": "session", "gap_ms": 1_000, "timestamp_column": "ts",
+              "emit_every_ms": 500}
+    document = minimal(window=window, aggregation={"columns": {"power": "median"}},
+                       scale_out={"repartition_topic": "sensors-repartition"})
+    assert config_error(document).startswith(
+        "config.yaml: aggregation: session windows with scale_out take only aggregates "
+        "that merge")
 
 
 # -- late rows, revisions, buffered aggregates (issue 16) -------------------------------

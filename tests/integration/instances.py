@@ -141,6 +141,16 @@ def end_markers(bootstrap: str, topic: str) -> int:
                if r.headers.get("arrowagg.end-of-window") == b"true")
 
 
+def session_frontiers(bootstrap: str, topic: str) -> dict[bytes, int]:
+    """Each part's furthest frontier marker on the output topic."""
+    through: dict[bytes, int] = {}
+    for record in read_topic(bootstrap, topic, 2, quiet_s=1.0):
+        if (marker := record.headers.get("arrowagg.frontier")) is not None:
+            part = record.headers["arrowagg.part"]
+            through[part] = max(int(marker), through.get(part, int(marker)))
+    return through
+
+
 def make_topics(topic_factory: TopicFactory) -> dict[str, str]:
     name = f"{random.randrange(16**10):010x}"
     return {"input": topic_factory("in", partitions=INPUT_PARTITIONS),

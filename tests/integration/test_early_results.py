@@ -2,7 +2,8 @@
 scale-out: while a 10-second window is open, its changed groups come out every second as
 provisional revisions (final: false, kind: update) with their whole current values; a
 group's running value only grows (its row count and its sum of positive readings), up
-to the window's closing revision, which equals DuckDB over every row."""
+to the window's closing revision, which equals DuckDB over every row. Session windows,
+on both too: open sessions come out whole, growing up to the closing sessions."""
 
 from __future__ import annotations
 
@@ -19,8 +20,18 @@ from polars.testing import assert_frame_equal
 from consumer.kafka.tail import read_output
 from tests.conftest import TopicFactory
 from tests.integration.data import KEYS, T0, reference, sensor_table
-from tests.integration.faults import DurablePublisher, PacedPublishing, write_figures
-from tests.integration.instances import Instances, make_topics, wait_all_windows
+from tests.integration.faults import (
+    DurablePublisher,
+    PacedPublishing,
+    wait_until,
+    write_figures,
+)
+from tests.integration.instances import (
+    Instances,
+    make_topics,
+    session_frontiers,
+    wait_all_windows,
+)
 from tests.integration.session_data import GAP_MS, session_input, session_reference, sessions_of
 from wire.output import OutputWindow
 
@@ -98,28 +109,41 @@ def growth(provisional: list[OutputWindow], final: pl.DataFrame) -> dict[str, in
             "most_provisional_of_a_group": max((len(c) for c in seen.values()), default=0)}
 
 
+@pytest.mark.parametrize("scale_out", [False, True], ids=["one-instance", "scale-out"])
 def test_provisional_sessions_grow_to_the_closing_ones(
-    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path, scale_out: bool,
 ) -> None:
-    """Session windows on one instance: while sessions run, they come out provisionally,
-    whole; a provisional session's row count only grows under its (keys, start) and never
-    passes the closing session that covers its start, and the closing sessions equal
-    DuckDB's sort-and-scan."""
+    """Session windows, on one instance and with the scale-out: while sessions run, they
+    come out provisionally, whole; a provisional session's row count only grows under
+    its (keys, start) and never passes the closing session that covers its start, and
+    the closing sessions equal DuckDB's sort-and-scan. With the scale-out the provisional
+    ones are in no frontier batch, and whole-session readers get exactly the closing
+    ones."""
     topics = make_topics(topic_factory)
     data = session_input(batches_per_producer=40, producers=4, span_ms=40)
     sections = {"window": {"kind": "session", "time": "event", "timestamp_column": "ts",
                            "gap_ms": GAP_MS, "size_ms": None, "emit_every_ms": 200,
                            "allowed_lateness_ms": 0, "idle_timeout_ms": 2000}}
-    instances = Instances(tmp_path, bootstrap, topics, sections=sections, repartitions=None)
+    instances = Instances(tmp_path, bootstrap, topics, sections=sections,
+                          repartitions=3 if scale_out else None)
     publisher = DurablePublisher(bootstrap, topics["input"])
+    last_end = max(int(pl.DataFrame(t).select(pl.col("ts").dt.epoch("ms").max()).item())
+                   for _, t in data) + GAP_MS
+    started = time.monotonic()
     try:
         instances.start("a")
         PacedPublishing(publisher, data, pause_s=0.025).finish()
         publisher.flush()
-        time.sleep(5)  # the idle timeout closes the last sessions
+        if scale_out:  # every partition idle: every part's frontier past the last session
+            wait_until(lambda: (t := session_frontiers(bootstrap, topics["output"]))
+                       and len(t) == 3 and min(t.values()) >= last_end,
+                       timeout_s=60, what="every part's frontier past the last session")
+        else:
+            time.sleep(5)  # the idle timeout closes the last sessions
         instances.stop_all()
     finally:
         instances.kill_all()
+    published_s = time.monotonic() - started
     windows = list(read_output(bootstrap, topics["output"], idle_timeout_s=3.0))
     provisional = [w for w in windows if not w.final]
     final = sessions_of(pl.concat([w.frame for w in windows if w.final]))
@@ -128,6 +152,11 @@ def test_provisional_sessions_grow_to_the_closing_ones(
         expected.columns).sort(["window_start", *KEYS]), expected, check_exact=False,
         rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)
     assert all(w.kind == "update" and w.sessions for w in provisional)
+    if scale_out:
+        assert all(w.frontier_batch is None and w.part is not None for w in provisional)
+        wholes = list(read_output(bootstrap, topics["output"], idle_timeout_s=3.0,
+                                  complete=True))
+        assert_frame_equal(sessions_of(pl.concat([w.frame for w in wholes])), final)
     counts: dict[tuple[Any, ...], list[int]] = {}
     for window in provisional:
         frame = window.frame.with_columns(pl.col("window_start").dt.epoch("ms"))
@@ -140,9 +169,9 @@ def test_provisional_sessions_grow_to_the_closing_ones(
                                   pl.col("window_start") <= start, pl.col("window_end") > start)
         assert covering.height == 1
         assert seen[-1] <= covering.item(0, "row_count")
-    write_figures("early_results_sessions", {
+    write_figures(f"early_results_sessions{'_scale_out' if scale_out else ''}", {
         "sessions": expected.height, "provisional_messages": len(provisional),
-        "provisional_sessions": len(counts),
+        "provisional_sessions": len(counts), "published_s": round(published_s, 1),
         "most_provisional_of_a_session": max((len(c) for c in counts.values()), default=0)})
     assert len(provisional) >= 3
     assert len(counts) >= 10

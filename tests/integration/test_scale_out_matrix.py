@@ -50,6 +50,7 @@ from tests.integration.instances import (
     WORKERS,
     Instances,
     make_topics,
+    session_frontiers,
     wait_all_windows,
 )
 from tests.integration.session_data import SUMS, session_input, session_reference
@@ -265,16 +266,6 @@ def session_cell_input(rng: random.Random) -> tuple[list[tuple[int, pa.Table]], 
             next_id += behind.num_rows
             batches.append((rng.randrange(INPUT_PARTITIONS), behind))
     return batches, far
-
-
-def session_frontiers(bootstrap: str, topic: str) -> dict[bytes, int]:
-    """Each part's furthest frontier marker on the output topic."""
-    through: dict[bytes, int] = {}
-    for record in read_topic(bootstrap, topic, 2, quiet_s=1.0):
-        if (marker := record.headers.get("arrowagg.frontier")) is not None:
-            part = record.headers["arrowagg.part"]
-            through[part] = max(int(marker), through.get(part, int(marker)))
-    return through
 
 
 def test_session_windows_scale_out_exactly(

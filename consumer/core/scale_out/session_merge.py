@@ -21,6 +21,13 @@ from there up to the recorded position, merging every partial with no lateness t
 forgets the rebuilt sessions ending at or before the committed emitted-through (they went
 out: an emitted session touched no open one, and no partial read after it reached it) and
 keeps the others open, whole (their first records are replayed).
+
+**Early results** (``window.emit_every_ms``) work as on one instance
+(consumer/core/windows/session/provisional.py): the open sessions that took in a partial
+since the last time go out whole, provisional; a session's provisional revisions and its
+closing one share its numbers, and the commit metadata's ``revisions_through`` numbers the
+sessions a replay rebuilds on past every revision that went out. They change what is
+emitted, not what is kept or committed: the sessions are held anyway until they close.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from consumer.core.scale_out.merge import Reports, plan_from_text
 from consumer.core.scale_out.session_runs import PARTIAL_FIRST, PARTIAL_LAST
 from consumer.core.types import ClosedWindow, PartitionKey
 from consumer.core.windows.session.output import SessionOutput
+from consumer.core.windows.session.provisional import ProvisionalSessions
 from consumer.core.windows.session.session_set import SessionSet
 from consumer.core.windows.session.spans import (
     BUCKET,
@@ -58,7 +66,9 @@ from wire.repartition import KIND_VALUES, Partial, ProgressRecord
 
 class SessionMergeEngine:
     def __init__(self, partition: PartitionKey, inputs: set[PartitionKey], spec: SessionSpec,
-                 *, committed: int | None, metadata: CommitMetadata | None) -> None:
+                 *, committed: int | None, metadata: CommitMetadata | None,
+                 provisional: bool = False) -> None:
+        """``provisional``: early results (window.emit_every_ms)."""
         self.partition = partition
         self._spec = spec
         self._reports = Reports(set(inputs))
@@ -73,6 +83,9 @@ class SessionMergeEngine:
         # Records below it were read before the restart: merged with no lateness test.
         self._replay_until = -1 if metadata is None else metadata.position
         self._late: list[ClosedWindow] = []
+        # No keys: they name kept sessions (late: revise), which the scale-out has not.
+        self._early = ProvisionalSessions((), enabled=provisional)
+        self._early.restore(None if metadata is None else metadata.revisions_through)
 
     # -- records in ----------------------------------------------------------------------
 
@@ -116,8 +129,11 @@ class SessionMergeEngine:
         if self._replay_until < 0:
             return
         self._replay_until = -1
-        if self._sessions is not None and self._emitted_through is not None:
+        if self._sessions is None:
+            return
+        if self._emitted_through is not None:
             self._sessions.pop(pl.col(END) <= self._emitted_through)
+        self._early.rebuilt(self._sessions)  # numbering goes on past what went out before
 
     def _sessions_for(self, plan_text: str) -> tuple[SessionSet, PartialAggregator]:
         if self._sessions is None or self._aggregator is None or plan_text != self._plan_text:
@@ -170,7 +186,17 @@ class SessionMergeEngine:
             return [], floor
         due = self._sessions.pop(pl.col(END) <= floor)
         windows = self._output.windows(due, final=True) if due.height else []
-        return windows, floor
+        return self._early.saw(windows), floor
+
+    def provisional(self) -> list[ClosedWindow]:
+        """Early results: the open sessions that took in a partial since the last call,
+        whole, provisional (none while a replay runs: the open sessions are not whole)."""
+        if self.replaying():
+            return []
+        self._end_replay()
+        if self._sessions is None or self._output is None:
+            return []
+        return self._early.emit(self._sessions, self._output, self._next or 0)
 
     def late_windows(self) -> list[ClosedWindow]:
         """Late partial sessions since the last call, finalized, for the late topic."""
@@ -185,8 +211,9 @@ class SessionMergeEngine:
             return None
         oldest = None if self._sessions is None else self._sessions.min_seq()
         offset = self._next if oldest is None else min(oldest, self._next)
-        return CommitPoint(offset, CommitMetadata(self._emitted_through,
-                                                  max(self._reached, self._next), None))
+        return CommitPoint(offset, CommitMetadata(
+            self._emitted_through, max(self._reached, self._next), None,
+            revisions_through=self._early.revisions_through))
 
     # -- state ---------------------------------------------------------------------------
 

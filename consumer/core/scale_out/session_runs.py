@@ -5,10 +5,11 @@ Stage 1 closes nothing: sessions span instances, so only stage 2, which sees eve
 instance's partial sessions of its keys, can tell when one is whole
 (consumer/core/scale_out/session_merge.py). Here a poll is cut into runs and merged into
 the partial sessions its partition has not sent yet (``SessionSet``, one per partition,
-so that a revoked partition's unsent rows go with it); every ``send_every_ms`` all of them
-go out as one closed "window" of partial states, and every consumed message is then done:
-a partition's commit offset is its first message not sent, and nothing needs replaying
-but what no committed transaction holds.
+so that a revoked partition's unsent rows go with it); every ``send_every_ms`` (and, with
+early results, every ``window.emit_every_ms``) all of them go out as one closed "window"
+of partial states, and every consumed message is then done: a partition's commit offset
+is its first message not sent, and nothing needs replaying but what no committed
+transaction holds.
 
 **Late rows** are decided here, row by row, from the partition's own order alone: a row
 is late when the session it would form on its own ends at or before its partition's
@@ -228,7 +229,10 @@ class SessionRunsEngine:
                          how="horizontal")
 
     def provisional(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
-        return []
+        """Early results (window.emit_every_ms): send every unsent partial session now, as
+        at the commit interval, so that stage 2's provisional sessions keep up; stage 2
+        shows them (session_merge.py)."""
+        return self._send_all()
 
     def commit_points(self) -> dict[PartitionKey, CommitPoint]:
         points = {}

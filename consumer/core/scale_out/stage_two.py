@@ -5,7 +5,9 @@ For each complete window, each repartition partition writes its part of the resu
 (``arrowagg.part: k/n``, every message ``final``) and then an end-of-window marker with
 the part's row and message counts, so a subscriber knows when it has the whole window
 (docs/wire-format.md). Session windows have no shared bounds: each partition writes the
-sessions it completed and then a frontier marker (consumer/core/scale_out/session_merge.py).
+sessions it completed and then a frontier marker (consumer/core/scale_out/session_merge.py);
+with early results, then its open sessions that changed, provisional, outside any batch
+(no marker counts them: they are not part of the output a subscriber waits to be whole).
 One transaction holds them and the repartition offsets.
 """
 
@@ -25,6 +27,7 @@ from consumer.core.windows.session.spans import SessionSpec
 from wire.errors import ArrowaggError
 from wire.output import (
     FrontierMarker,
+    OutputMessage,
     WindowEnd,
     encode_frontier_marker,
     encode_window,
@@ -72,7 +75,7 @@ class StageTwo:
         if self._sessions is not None:
             self._engines[partition] = SessionMergeEngine(
                 partition, self._inputs, self._sessions, committed=committed,
-                metadata=metadata)
+                metadata=metadata, provisional=self._emit_every_ms is not None)
             return
         self._engines[partition] = MergeEngine(partition, self._inputs, committed=committed,
                                                metadata=metadata,
@@ -126,7 +129,8 @@ class StageTwo:
         provisional = self._provisional_due(now_ms)
         for _, engine in sorted(self._engines.items()):
             if isinstance(engine, SessionMergeEngine):
-                self._pending += self._session_records(engine, windows)
+                self._pending += self._session_records(engine, windows,
+                                                       provisional=provisional)
                 continue
             # Revisions first: their partials came before this close, which may end
             # their windows' retention.
@@ -194,28 +198,44 @@ class StageTwo:
         return [OutputRecord(routes.output_topic, m.key, m.value, m.headers)
                 for m in [*data, end]]
 
-    def _session_records(self, engine: SessionMergeEngine,
-                         windows: list[ClosedWindow]) -> list[OutputRecord]:
+    def _session_records(self, engine: SessionMergeEngine, windows: list[ClosedWindow], *,
+                         provisional: bool) -> list[OutputRecord]:
         """The sessions this partition completed, each message naming the frontier marker
-        that follows them; the marker, when its frontier moved; late partial sessions."""
+        that follows them; the marker, when its frontier moved; late partial sessions;
+        with ``provisional``, the open sessions that changed (early results)."""
         routes, part = self._routes, (engine.partition[1] + 1, self._parts)
         records = [r for late in engine.late_windows() for r in self._late_records(late)]
-        done = engine.close_due()
-        if done is None:
-            return records
-        closed, through = done
-        messages = [m for window in closed for m in encode_window(
+        messages = []
+        if (done := engine.close_due()) is not None:
+            closed, through = done
+            messages = [m for window in closed
+                        for m in self._session_messages(engine, window, through)]
+            messages.append(encode_frontier_marker(FrontierMarker(
+                through, part, sum(w.frame.height for w in closed), len(messages),
+                sum(w.input_rows for w in closed))))
+            windows += closed
+        # After the close: a session closing now goes out once, final.
+        messages += [m for window in (engine.provisional() if provisional else [])
+                     for m in self._session_messages(engine, window, None)]
+        # A provisional session is superseded by a later row covering its start, which
+        # may be in another message under another key: with early results, one output
+        # partition keeps the order they must be applied in (as on one instance).
+        partition = 0 if self._emit_every_ms is not None else None
+        return [*records, *(OutputRecord(routes.output_topic, m.key, m.value, m.headers,
+                                         partition) for m in messages)]
+
+    def _session_messages(self, engine: SessionMergeEngine, window: ClosedWindow,
+                          batch: int | None) -> list[OutputMessage]:
+        """``window``'s sessions, in the frontier batch ``batch`` (None: provisional ones,
+        in none)."""
+        routes = self._routes
+        return encode_window(
             results_frame(window, routes), start_ms=window.start_ms, end_ms=window.end_ms,
             input_rows=window.input_rows, fmt=routes.output_format,
-            compression=routes.compression, max_bytes=routes.max_message_bytes, part=part,
-            revision=window.revision, final=window.final, kind=window.kind,
-            keys=engine.keys(), sessions=True, frontier_batch=through)]
-        messages.append(encode_frontier_marker(FrontierMarker(
-            through, part, sum(w.frame.height for w in closed), len(messages),
-            sum(w.input_rows for w in closed))))
-        windows += closed
-        return [*records, *(OutputRecord(routes.output_topic, m.key, m.value, m.headers)
-                            for m in messages)]
+            compression=routes.compression, max_bytes=routes.max_message_bytes,
+            part=(engine.partition[1] + 1, self._parts), revision=window.revision,
+            final=window.final, kind=window.kind, keys=engine.keys(), sessions=True,
+            frontier_batch=batch)
 
     def _update(self, engine: MergeEngine, window: ClosedWindow) -> list[OutputRecord]:
         """The changed groups' results as this part's next revision of a window: of one

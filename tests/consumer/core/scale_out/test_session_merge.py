@@ -98,11 +98,13 @@ class World:
     stage_two: StageTwo = field(init=False)
     two_committed: Committed = field(default_factory=dict)
     two_next: dict[int, int] = field(default_factory=dict)
+    emit_every_ms: int | None = None  # stage 2's early results
 
     def start_two(self) -> None:
         self.stage_two = StageTwo(OutputSpec("out", "g", late_topic="late"),
                                   partitions=REPARTITIONS, inputs=set(INPUTS), merge_every=4,
-                                  counters=Counters(), sessions=SessionSpec(GAP_MS))
+                                  counters=Counters(), emit_every_ms=self.emit_every_ms,
+                                  sessions=SessionSpec(GAP_MS))
         for k in range(REPARTITIONS):
             offset, metadata = self.two_committed.get(("rep", k), (None, None))
             self.stage_two.assign(("rep", k), offset, metadata)
@@ -163,9 +165,9 @@ def subscribed(records: Sequence[OutputRecord]) -> pl.DataFrame:
                                     "v_max", "row_count").sort(SORT)
 
 
-def run(seed: int, *, crashes: bool) -> World:
+def run(seed: int, *, crashes: bool, emit_every_ms: int | None = None) -> World:
     rng = random.Random(seed)
-    world = World(generated(rng, 30))
+    world = World(generated(rng, 30), emit_every_ms=emit_every_ms)
     instances = [Instance(partitions, PartialEmitter("rep", REPARTITIONS, writer=name,
                                                      compression="zstd",
                                                      max_message_bytes=1_000_000))

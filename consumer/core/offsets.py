@@ -64,14 +64,20 @@ class SessionRetention:
     ``kept_after``: emitted sessions ending after it were kept for revisions (None: all
     were). ``sessions``: (key hash, session start, last revision) of the kept sessions
     past revision 0, and of the emitted sessions an open one has taken in (its emission
-    will replace them), so numbering survives a restart and replacements are said."""
+    will replace them), so numbering survives a restart and replacements are said.
+    ``emptied_through``: the latest end of an open session an early revision (the memory
+    budget) emptied; a restart cannot see which sessions those were, so none starting
+    before it is kept for revisions (None: none was emptied)."""
 
     kept_after: int | None
     sessions: tuple[tuple[int, int, int], ...] = ()
+    emptied_through: int | None = None
 
     def as_json(self) -> dict[str, object]:
         return {"kept_after": self.kept_after,
-                "sessions": [list(triple) for triple in self.sessions]}
+                "sessions": [list(triple) for triple in self.sessions],
+                **({} if self.emptied_through is None
+                   else {"emptied_through": self.emptied_through})}
 
     @classmethod
     def from_json(cls, data: object) -> SessionRetention | None:
@@ -80,7 +86,8 @@ class SessionRetention:
             return None
         try:
             triples = tuple((int(h), int(s), int(r)) for h, s, r in data.get("sessions", []))
-            return cls(_opt_int(data["kept_after"]), triples)
+            return cls(_opt_int(data["kept_after"]), triples,
+                       _opt_int(data.get("emptied_through")))
         except (ValueError, KeyError, TypeError):
             return None
 

@@ -77,6 +77,9 @@ class RevisingRows:
         # last revision of the emitted sessions kept or taken in.
         self._restored_after: int | None = None
         self._restored: dict[tuple[int, int], int] = {}
+        # Restored too: sessions starting before it may continue one an early revision
+        # emptied before the restart, whose rows the new state lacks; they are not kept.
+        self._emptied_through: int | None = None
 
     # -- rows in -----------------------------------------------------------------------
 
@@ -188,7 +191,7 @@ class RevisingRows:
         past them, so no late row can reach them."""
         if sessions.height == 0:
             return
-        whole = (pl.col(EARLY_REVISIONS) == 0) & (
+        whole = (pl.col(EARLY_REVISIONS) == 0) & self._whole_since_restart() & (
             pl.col(END) > (NO_WINDOW if self._kept_after is None else self._kept_after))
         self._pool.add(sessions.filter(whole).with_columns(
             pl.lit(value=True).alias(KEPT), (pl.col(NEXT_REVISION) + 1).alias(NEXT_REVISION),
@@ -197,6 +200,11 @@ class RevisingRows:
         self._pool.forget(partial)
         if partial.height:
             self._kept_after = later(self._kept_after, int(partial.get_column(END).max()))  # type: ignore[arg-type]
+
+    def _whole_since_restart(self) -> pl.Expr:
+        if self._emptied_through is None:
+            return pl.lit(value=True)
+        return pl.col(FIRST) >= self._emptied_through
 
     def expire(self, watermark_ms: int) -> None:
         """Kept sessions ending ``revise_within_ms`` or more before the watermark are
@@ -227,6 +235,7 @@ class RevisingRows:
             return
         self._restored_after = later(self._restored_after, retention.kept_after)
         self._kept_after = later(self._kept_after, retention.kept_after)
+        self._emptied_through = later(self._emptied_through, retention.emptied_through)
         for key_hash, start, revision in retention.sessions:
             at = (key_hash, start)
             self._restored[at] = max(revision, self._restored.get(at, revision))
@@ -237,8 +246,12 @@ class RevisingRows:
         emitted ones are forgotten; rebuilt open sessions learn the emitted sessions they
         took in. Returns the open ones."""
         after = NO_WINDOW if self._restored_after is None else self._restored_after
-        kept = emitted.filter(pl.col(END) > after) if emitted.height else emitted
-        self._pool.forget(emitted.filter(pl.col(END) <= after) if emitted.height else emitted)
+        keep = (pl.col(END) > after) & self._whole_since_restart()
+        kept = emitted.filter(keep) if emitted.height else emitted
+        forgotten = emitted.filter(~keep) if emitted.height else emitted
+        self._pool.forget(forgotten)
+        if forgotten.height:  # no late row may start them again (as closed() does)
+            self._kept_after = later(self._kept_after, int(forgotten.get_column(END).max()))  # type: ignore[arg-type]
         if kept.height:
             last = [self._restored.get(at, 0) for at in self._starts(kept)]
             self._pool.add(kept.with_columns(
@@ -284,7 +297,16 @@ class RevisingRows:
                                      both.get_column(NEXT_REVISION).to_list(), strict=True):
                 named[at] = max(following - 1, named.get(at, 0))
         triples = sorted((h, s, r) for (h, s), r in named.items())
-        return SessionRetention(self._kept_after, tuple(triples))
+        return SessionRetention(self._kept_after, tuple(triples), self._emptied_now())
+
+    def _emptied_now(self) -> int | None:
+        """The latest end of an open session an early revision emptied, or the restored
+        one if later."""
+        pool = self._pool.frame()
+        emptied = None if pool is None else pool.filter(pl.col(EARLY_REVISIONS) > 0)
+        if emptied is None or emptied.height == 0:
+            return self._emptied_through
+        return later(self._emptied_through, int(emptied.get_column(END).max()))  # type: ignore[arg-type]
 
     def listing(self, min_seq: int | None, closed_through: int | None,
                 restored: dict[int, int], *,

@@ -125,13 +125,6 @@ def _scale_out_session_problems(settings: Settings) -> Iterator[Problem]:
     if window.late == "revise":
         yield (("window", "late"), ("session windows with scale_out take no revisions yet: "
                "stage 2 keeps no emitted session; use late: topic or drop"))
-    plan = settings.aggregation
-    holistic = [name for name, func in plan.columns.items()
-                if func in ("median", "n_unique") or not isinstance(func, str)]
-    if holistic or plan.expressions:
-        yield (("aggregation",), ("session windows with scale_out take only aggregates that "
-               "merge (sum, count, min, max, mean, first, last) for now: stage 1 does not "
-               "send the sessions' values yet"))
 
 
 def _librdkafka_problems(kafka: KafkaSettings) -> Iterator[Problem]:

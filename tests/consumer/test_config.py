@@ -511,28 +511,25 @@ def test_the_scale_out_refuses_windows_stage_2_cannot_merge() -> None:
 SESSIONS = {"kind": "session", "gap_ms": 1_000, "timestamp_column": "ts"}
 
 
-def test_the_scale_out_takes_sessions_with_aggregates_that_merge() -> None:
+@pytest.mark.parametrize("aggregation", [
+    {"columns": {"power": "mean", "n": "count"}},
+    {"columns": {"power": "median", "n": "n_unique"}},
+    {"columns": {"power": {"quantile": 0.9}}},
+    {"expressions": {"p": "pl.col('power').sum()"}},
+], ids=["merging", "median-n_unique", "quantile", "expression"])
+def test_the_scale_out_takes_sessions_with_any_aggregate(aggregation: dict[str, Any]) -> None:
     settings = settings_from_dict(minimal(
-        window=SESSIONS, aggregation={"columns": {"power": "mean", "n": "count"}},
+        window=SESSIONS, aggregation=aggregation,
         scale_out={"repartition_topic": "sensors-repartition"}))
     assert settings.scale_out is not None
     assert settings.window.kind == "session"
 
 
-@pytest.mark.parametrize(("sections", "says"), [
-    ({"window": {**SESSIONS, "late": "revise", "revision_lateness_ms": 5_000}},
-     "window.late: session windows with scale_out take no revisions yet"),
-    ({"window": SESSIONS, "aggregation": {"columns": {"power": "median"}}},
-     "aggregation: session windows with scale_out take only aggregates that merge"),
-    ({"window": SESSIONS, "aggregation": {"columns": {"power": {"quantile": 0.9}}}},
-     "aggregation: session windows with scale_out take only aggregates that merge"),
-    ({"window": SESSIONS, "aggregation": {"expressions": {"p": "pl.col('power').sum()"}}},
-     "aggregation: session windows with scale_out take only aggregates that merge"),
-])
-def test_the_scale_out_refuses_what_it_does_not_do_with_sessions_yet(
-        sections: dict[str, Any], says: str) -> None:
-    document = minimal(**sections, scale_out={"repartition_topic": "sensors-repartition"})
-    assert config_error(document).startswith(f"config.yaml: {says}")
+def test_the_scale_out_refuses_session_revisions_yet() -> None:
+    document = minimal(window={**SESSIONS, "late": "revise", "revision_lateness_ms": 5_000},
+                       scale_out={"repartition_topic": "sensors-repartition"})
+    assert config_error(document).startswith(
+        "config.yaml: window.late: session windows with scale_out take no revisions yet")
 
 
 @pytest.mark.parametrize("scale_out", [None, {"repartition_topic": "sensors-repartition"}],
@@ -548,12 +545,10 @@ def test_session_early_results_run_on_one_instance_and_with_the_scale_out(
 
 def test_session_early_results_with_the_scale_out_keep_its_other_refusals() -> None:
     window = {"kind": "session", "gap_ms": 1_000, "timestamp_column": "ts",
-              "emit_every_ms": 500}
-    document = minimal(window=window, aggregation={"columns": {"power": "median"}},
-                       scale_out={"repartition_topic": "sensors-repartition"})
+              "emit_every_ms": 500, "late": "revise", "revision_lateness_ms": 5_000}
+    document = minimal(window=window, scale_out={"repartition_topic": "sensors-repartition"})
     assert config_error(document).startswith(
-        "config.yaml: aggregation: session windows with scale_out take only aggregates "
-        "that merge")
+        "config.yaml: window.late: session windows with scale_out take no revisions yet")
 
 
 # -- late rows, revisions, buffered aggregates (issue 16) -------------------------------

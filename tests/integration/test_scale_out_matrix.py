@@ -242,6 +242,16 @@ SESSION_SECTIONS: dict[str, dict[str, Any]] = {
 }
 SESSION_AGGREGATES = SUMS.replace("SUM(power) AS power", "AVG(power) AS power") + \
     ", COUNT(row_id)::BIGINT AS row_id"
+# The time cells' aggregates that need every row of a session (AGGREGATION), in DuckDB
+# SQL: quantile_cont is Polars' linear interpolation; a sum over no rows is Polars' 0.
+HOLISTIC_SESSION_AGGREGATES = """median(power) AS power,
+    quantile_cont("δ_max", 0.9) AS "δ_max",
+    count(DISTINCT error_count)::BIGINT AS error_count, COUNT(row_id)::BIGINT AS row_id,
+    COALESCE(SUM(reading_sum) FILTER (WHERE reading_sum > 0), 0) AS positive"""
+SESSION_PLANS = {
+    "merging": (SESSION_SECTIONS, SESSION_AGGREGATES),
+    "holistic": ({**SESSION_SECTIONS, "aggregation": AGGREGATION}, HOLISTIC_SESSION_AGGREGATES),
+}
 FAR_BACK_MS = 6 * SIZE_MS  # beyond allowed lateness and the gap: late
 NEAR_BACK_MS = SIZE_MS // 2  # within allowed lateness: merged
 
@@ -268,14 +278,18 @@ def session_cell_input(rng: random.Random) -> tuple[list[tuple[int, pa.Table]], 
     return batches, far
 
 
+@pytest.mark.parametrize("aggregation", list(SESSION_PLANS))
 def test_session_windows_scale_out_exactly(
-    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path,
+    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path, aggregation: str,
 ) -> None:
+    """``holistic``: median, quantile, n_unique and an expression, over the values stage 1
+    sends with its partial sessions."""
+    sections, aggregates = SESSION_PLANS[aggregation]
     topics = make_topics(topic_factory)
     data, far = session_cell_input(random.Random(35))
     rows = pa.concat_tables([t for _, t in data])
     last_end = int(pl.DataFrame(rows).select(pl.col("ts").dt.epoch("ms").max()).item()) + GAP_MS
-    instances = Instances(tmp_path, bootstrap, topics, sections=SESSION_SECTIONS)
+    instances = Instances(tmp_path, bootstrap, topics, sections=sections)
     publisher = DurablePublisher(bootstrap, topics["input"])
     started = time.monotonic()
     try:
@@ -295,17 +309,18 @@ def test_session_windows_scale_out_exactly(
     got = pl.concat([w.frame for w in wholes]).with_columns(
         pl.col("window_start", "window_end").dt.epoch("ms"), pl.col(KEYS).cast(pl.String))
     kept = rows.filter(pa.array([i not in late_ids for i in rows.column("row_id").to_pylist()]))
-    expected = session_reference([kept], GAP_MS, SESSION_AGGREGATES)
+    expected = session_reference([kept], GAP_MS, aggregates)
     session_keys = ["window_start", *KEYS]
     figures = {
-        "cell": "session/topic", "input_rows": rows.num_rows, "sessions": expected.height,
+        "cell": f"session/topic/{aggregation}", "input_rows": rows.num_rows,
+        "sessions": expected.height,
         "output_rows": got.height, "late_rows": len(late_ids), "far_behind_rows": len(far),
         "duplicates": got.group_by(session_keys).len().filter(pl.col("len") > 1).height,
         "lost": expected.join(got, on=session_keys, how="anti").height,
         "exit_codes": instances.exits, "seconds": round(time.monotonic() - started, 1),
         **churned,
     }
-    write_figures("scale_out_matrix_session_topic", figures)
+    write_figures(f"scale_out_matrix_session_topic_{aggregation}", figures)
     assert late_ids == far, "exactly the rows far behind are late, each once"
     assert late.height == len(far)
     assert figures["duplicates"] == 0

@@ -35,6 +35,7 @@ from __future__ import annotations
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
+from consumer.core.holistic import ValueBuffer
 from consumer.core.offsets import CommitMetadata, CommitPoint
 from consumer.core.scale_out.merge import Reports, plan_from_text
 from consumer.core.scale_out.session_runs import PARTIAL_FIRST, PARTIAL_LAST
@@ -61,7 +62,11 @@ from consumer.core.windows.session.spans import (
     SessionSpec,
     SidAllocator,
 )
+from consumer.core.windows.session.values import SessionValues
 from wire.repartition import KIND_VALUES, Partial, ProgressRecord
+
+_ROW = "__values_row"
+_PRIORITY = "__values_priority"
 
 
 class SessionMergeEngine:
@@ -76,6 +81,10 @@ class SessionMergeEngine:
         self._aggregator: PartialAggregator | None = None
         self._sessions: SessionSet | None = None
         self._output: SessionOutput | None = None
+        self._values: SessionValues | None = None
+        # Late partial sessions, held until the writer's progress record: their values
+        # come in records after them (holistic aggregates), and they go out with them.
+        self._late_held: SessionSet | None = None
         self._sids = SidAllocator()
         self._emitted_through = None if metadata is None else metadata.frontier
         self._next = committed
@@ -90,25 +99,63 @@ class SessionMergeEngine:
     # -- records in ----------------------------------------------------------------------
 
     def add_partial(self, offset: int, partial: Partial) -> None:
-        if partial.kind == KIND_VALUES:
-            raise ValueError("session windows with the scale-out take no buffered values")
         self._moved(offset)
         sessions, aggregator = self._sessions_for(partial.plan)
-        state = pl.DataFrame(partial.state)
-        categorical = [n for n, t in state.schema.items() if isinstance(t, pl.Categorical)]
-        rows = self._as_sessions(state.with_columns(pl.col(categorical).cast(pl.String)),
-                                 aggregator, offset)
+        state = _uniform(pl.DataFrame(partial.state))
+        if partial.kind == KIND_VALUES:
+            self._add_values(state)
+            return
+        rows = self._as_sessions(state, aggregator, offset)
         if not self._replaying(offset) and self._emitted_through is not None:
             late = rows.filter(pl.col(FIRST) < self._emitted_through)
             if late.height:
-                assert self._output is not None  # noqa: S101 - built with the set
-                self._late += self._output.windows(late, final=True)
+                assert self._late_held is not None  # noqa: S101 - built with the set
+                self._late_held.add(late)
+                if self._values is None:
+                    self._release_late()
                 rows = rows.filter(pl.col(FIRST) >= self._emitted_through)
         # One record's sessions are apart (stage 1 merged them): each merges on its own.
         sessions.add(sessions.merge_in(rows))
 
+    def _add_values(self, rows: pl.DataFrame) -> None:
+        """A ``values`` record: buffered rows of partial sessions read before it (the
+        same send's), each named by its partial's keys and first row's time. A row goes
+        to the late partial held with exactly that start, else to the open session of
+        those keys holding that time (the partial merged into it; sessions of the same
+        keys are apart, so one holds it). A row no session holds is of one that went out
+        before a restart (a replay reads values whose partial it did not): dropped."""
+        if self._values is None or self._sessions is None or self._late_held is None:
+            raise ValueError("values on the repartition topic for a plan that buffers none")
+        keys, spec = list(self.keys()), self._spec
+        first = pl.col(PARTIAL_FIRST)
+        numbered = rows.with_row_index(_ROW).with_columns(spec.bucket(first).alias(BUCKET))
+        candidates = []
+        for priority, held in enumerate((self._late_held, self._sessions)):
+            frame = held.frame()
+            if frame is not None and frame.height:
+                candidates.append(frame.select(SID, *keys, FIRST, LAST, BUCKET).with_columns(
+                    pl.lit(priority).alias(_PRIORITY)))
+        if not candidates:
+            return
+        late_exact = (pl.col(_PRIORITY) == 0) & (pl.col(FIRST) == first)
+        holding = (pl.col(_PRIORITY) == 1) & (pl.col(FIRST) <= first) & (first <= pl.col(LAST))
+        matched = numbered.join(pl.concat(candidates), on=[*keys, BUCKET], how="inner",
+                                nulls_equal=True).filter(late_exact | holding)
+        matched = matched.sort(_ROW, _PRIORITY).unique(_ROW, keep="first")
+        self._values.add_to(matched.select(SID, *self._values.buffer.columns))
+
+    def _release_late(self) -> None:
+        """The late partial sessions held, finalized for the late topic (with their
+        values: the progress record after them comes after those too)."""
+        if self._late_held is None or self._output is None or not len(self._late_held):
+            return
+        late = self._late_held.pop(pl.lit(value=True))
+        self._late += self._output.windows(late, final=True)
+        self._late_held.forget(late)
+
     def add_progress(self, offset: int, progress: ProgressRecord) -> None:
         self._moved(offset)
+        self._release_late()
         self._reports.update(progress)
 
     def skip(self, offset: int) -> None:
@@ -132,7 +179,7 @@ class SessionMergeEngine:
         if self._sessions is None:
             return
         if self._emitted_through is not None:
-            self._sessions.pop(pl.col(END) <= self._emitted_through)
+            self._sessions.forget(self._sessions.pop(pl.col(END) <= self._emitted_through))
         self._early.rebuilt(self._sessions)  # numbering goes on past what went out before
 
     def _sessions_for(self, plan_text: str) -> tuple[SessionSet, PartialAggregator]:
@@ -140,14 +187,17 @@ class SessionMergeEngine:
             if self._sessions is not None and len(self._sessions):
                 raise ValueError("the aggregation plan changed while sessions were open")
             plan = plan_from_text(plan_text)
-            if any(a.holistic for a in plan.aggregates) or plan.expressions:
-                raise ValueError("session windows with the scale-out take no aggregates "
-                                 "that need the session's values")
             self._plan_text = plan_text
             self._aggregator = PartialAggregator(plan, (SID,))
             keys = list(plan.keys)
-            self._sessions = SessionSet(self._aggregator, keys, self._spec, self._sids)
-            self._output = SessionOutput(self._aggregator, keys, None, revising=False)
+            buffer = ValueBuffer.for_plan(plan, (SID,))
+            self._values = None if buffer is None else SessionValues(buffer)
+            self._sessions = SessionSet(self._aggregator, keys, self._spec, self._sids,
+                                        self._values)
+            self._late_held = SessionSet(self._aggregator, keys, self._spec, self._sids,
+                                         self._values)
+            self._output = SessionOutput(self._aggregator, keys, self._values,
+                                         revising=False)
         return self._sessions, self._aggregator
 
     def _as_sessions(self, state: pl.DataFrame, aggregator: PartialAggregator,
@@ -186,6 +236,7 @@ class SessionMergeEngine:
             return [], floor
         due = self._sessions.pop(pl.col(END) <= floor)
         windows = self._output.windows(due, final=True) if due.height else []
+        self._sessions.forget(due)
         return self._early.saw(windows), floor
 
     def provisional(self) -> list[ClosedWindow]:
@@ -209,8 +260,8 @@ class SessionMergeEngine:
     def commit_point(self) -> CommitPoint | None:
         if self._next is None:
             return None
-        oldest = None if self._sessions is None else self._sessions.min_seq()
-        offset = self._next if oldest is None else min(oldest, self._next)
+        seqs = [s.min_seq() for s in (self._sessions, self._late_held) if s is not None]
+        offset = min([self._next, *(seq for seq in seqs if seq is not None)])
         return CommitPoint(offset, CommitMetadata(
             self._emitted_through, max(self._reached, self._next), None,
             revisions_through=self._early.revisions_through))
@@ -232,5 +283,11 @@ class SessionMergeEngine:
         return self.waiting()
 
     def buffered_values(self) -> int:
-        return 0
+        return 0 if self._values is None else self._values.count()
+
+
+def _uniform(state: pl.DataFrame) -> pl.DataFrame:
+    """Categorical keys as strings: each instance fixes its own encoding."""
+    categorical = [n for n, t in state.schema.items() if isinstance(t, pl.Categorical)]
+    return state.with_columns(pl.col(categorical).cast(pl.String)) if categorical else state
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from consumer.core.aggregate import PartialAggregator
+from consumer.core.holistic import ValueBuffer
 from consumer.core.offsets import CommitMetadata, CommitPoint, OffsetTracker
 from consumer.core.plan import AggregationPlan
 from consumer.core.types import (
@@ -51,6 +52,7 @@ from consumer.core.windows.session.spans import (
     per_message,
     with_runs,
 )
+from consumer.core.windows.session.values import SessionValues
 from consumer.core.windows.watermark import WatermarkTracker
 
 # What a partial session carries besides its keys and exported state: its first and last
@@ -76,6 +78,11 @@ class SessionRunsEngine:
         self._clock = SessionClock(plan.time_column if event_time else None, time_dtype)
         self._aggregator = PartialAggregator(plan, (SID,))
         self._sids = SidAllocator()
+        # Aggregates that do not decompose: every set of this engine (one a partition,
+        # and the merged one a send) buffers the rows' values in it (session ids are
+        # unique across them), and a send carries them (``_values_of``).
+        buffer = ValueBuffer.for_plan(plan, (SID,))
+        self._values = None if buffer is None else SessionValues(buffer)
         self._lateness_ms = allowed_lateness_ms
         self._send_every_ms = send_every_ms
         self._last_sent_ms: int | None = None
@@ -104,12 +111,15 @@ class SessionRunsEngine:
         self._held[partition] = self._new_set()
 
     def _new_set(self) -> SessionSet:
-        return SessionSet(self._aggregator, self._keys, self._spec, self._sids)
+        return SessionSet(self._aggregator, self._keys, self._spec, self._sids, self._values)
 
     def revoke(self, partition: PartitionKey) -> None:
         """Its unsent rows go with it: their offsets were never committed."""
         self._offsets.revoke(partition)
         self._watermarks.revoke(partition)
+        held = self._held.get(partition)
+        if held is not None:
+            held.forget(held.pop(pl.lit(value=True)))
         for table in (self._max_ms, self._sent_max_ms, self._position, self._held):
             table.pop(partition, None)
         self._unsent.discard(partition)
@@ -214,10 +224,29 @@ class SessionRunsEngine:
         self._sent_max_ms = dict(self._max_ms)
         if not len(merged):
             return []
-        frame = self._partial(merged.pop(pl.lit(value=True)))
+        sessions = merged.pop(pl.lit(value=True))
+        frame = self._partial(sessions)
+        values = self._values_of(sessions)
+        merged.forget(sessions)
         first, last = frame.select(pl.col(PARTIAL_FIRST).min(), pl.col(PARTIAL_LAST).max()).row(0)
         return [ClosedWindow(int(first), int(last) + self._spec.gap_ms, frame,
-                             int(frame.get_column(ROWS).sum()))]
+                             int(frame.get_column(ROWS).sum()), values=values)]
+
+    def _values_of(self, sessions: pl.DataFrame) -> pl.DataFrame | None:
+        """The buffered rows of ``sessions`` as stage 2 attaches them: each with its
+        partial session's keys and first row's time (``PARTIAL_FIRST``), which name the
+        partial among those of a send (a send's sessions of the same keys are apart), and
+        the buffered columns (a key among them is the key column itself)."""
+        if self._values is None:
+            return None
+        buffer = self._values.buffer
+        rows = self._values.of(sessions.get_column(SID))
+        if not rows:
+            return None
+        own = [c for c in buffer.columns if c not in self._keys]
+        named = sessions.select(SID, *self._keys, pl.col(FIRST).alias(PARTIAL_FIRST))
+        return buffer.export([rows[0].select(SID, *own).join(named, on=SID)
+                              .select(*self._keys, PARTIAL_FIRST, *own)])
 
     def _partial(self, sessions: pl.DataFrame) -> pl.DataFrame:
         """Sessions as stage 2 takes them: keys, the exported state, first and last."""
@@ -262,6 +291,8 @@ class SessionRunsEngine:
 
     def discard(self) -> None:
         """An abort: the pipeline seeks every partition back to its committed offset."""
+        if self._values is not None:
+            self._values.discard()
         for partition in self._held:
             self._held[partition] = self._new_set()
         self._max_ms = dict(self._sent_max_ms)
@@ -273,7 +304,7 @@ class SessionRunsEngine:
         """Runs merge as they come: nothing is pending."""
 
     def buffered_values(self) -> int:
-        return 0
+        return 0 if self._values is None else self._values.count()
 
     def open_window_count(self) -> int:
         return self.cardinality()

@@ -279,5 +279,9 @@ class StageTwo:
     def groups(self) -> int:
         return sum(e.groups() for e in self._engines.values())
 
+    def buffered_values(self) -> int:
+        """Values held for aggregates that do not decompose (input.max_buffered_values)."""
+        return sum(e.buffered_values() for e in self._engines.values())
+
     def pending_records(self) -> int:
         return len(self._pending)

@@ -50,6 +50,19 @@ class SessionValues:
         runs = taken.select(pl.col(MEMBER).unique()).with_columns(pl.col(MEMBER).alias(SID))
         self._members = pl.concat([self._members, runs])
 
+    def add_to(self, rows: pl.DataFrame) -> None:
+        """Buffer ``rows`` (``SID`` and the buffered columns) into sessions already held
+        (stage 2 of the scale-out: a partial session's values come after it, and it may
+        have merged meanwhile). The session id is the rows' member id; it joins the
+        member table unless it is in it already (then it names that same session)."""
+        if rows.height == 0:
+            return
+        taken = rows.select(pl.col(SID).alias(MEMBER), *self._buffer.columns)
+        self._rows.append(taken)
+        fresh = taken.select(pl.col(MEMBER).unique()).join(self._members, on=MEMBER,
+                                                            how="anti")
+        self._members = pl.concat([self._members, fresh.with_columns(pl.col(MEMBER).alias(SID))])
+
     def relabel(self, old: pl.Series, new: pl.Series) -> None:
         """Sessions merged: the session ``old[i]`` is now part of ``new[i]``."""
         mapping = pl.DataFrame({_OLD: old, SID: new}).unique(_OLD)

@@ -23,7 +23,7 @@ from consumer.core.scale_out.session_runs import SessionRunsEngine
 from consumer.core.scale_out.stage_one import PartialEmitter
 from consumer.core.types import OutputRecord
 from consumer.core.windows.session.spans import SessionSpec
-from tests.consumer.core.scale_out.test_session_merge import (
+from tests.consumer.core.scale_out.session_world import (
     GAP_MS,
     IDLE_MS,
     INPUTS,

@@ -6,196 +6,33 @@ session, and the late rows are exactly those the rule names (checked by a plain 
 
 from __future__ import annotations
 
-import random
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import statistics
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
-from consumer.core.emit import OutputSpec
-from consumer.core.offsets import CommitMetadata
-from consumer.core.poll import Counters
 from consumer.core.scale_out.session_runs import SessionRunsEngine
 from consumer.core.scale_out.stage_one import PartialEmitter
-from consumer.core.scale_out.stage_two import StageTwo
-from consumer.core.types import InputMessage, OutputRecord, PartitionKey
 from consumer.core.windows.session.spans import SessionSpec
-from tests.consumer.core.windows.helpers import EVENT_PLAN, UTC_MS, Row, frame, ref
-from tests.consumer.core.windows.session.harness import SORT, session_reference
-from wire.complete import WindowAssembler
-from wire.output import decode_message
-
-GAP_MS = 100
-LATENESS_MS = 50
-IDLE_MS = 1_000
-INPUTS = [("in", p) for p in range(4)]
-OWNERS = {"a": INPUTS[:2], "b": INPUTS[2:3], "c": INPUTS[3:]}  # three instances
-REPARTITIONS = 2
-Committed = dict[PartitionKey, tuple[int | None, CommitMetadata | None]]
-
-
-def generated(rng: random.Random, messages: int) -> dict[PartitionKey, list[list[Row]]]:
-    """Per input partition, messages of rows nearly in time order (every key in every
-    partition), and now and then a row far behind (late) or just behind (not late)."""
-    out: dict[PartitionKey, list[list[Row]]] = {}
-    for partition in INPUTS:
-        log = []
-        for m in range(messages):
-            base = m * 45 + rng.randrange(0, 30)
-            rows: list[Row] = [(rng.choice("vwxyz"), base + rng.randrange(0, 60),
-                                rng.randrange(-8, 9) / 4, rng.randrange(0, 5),
-                                rng.randrange(0, 64) / 8) for _ in range(rng.randrange(1, 6))]
-            if rng.random() < 0.15:
-                back = rng.choice([40, 120, 400])
-                rows.append((rng.choice("vwxyz"), max(0, base - back), 1.0, 1, 0.5))
-            log.append(rows)
-        out[partition] = log
-    return out
-
-
-def late_by_rule(inputs: dict[PartitionKey, list[list[Row]]]) -> list[Row]:
-    """A row is late when its own session (row + gap) ends at or before its partition's
-    largest earlier time less the allowed lateness."""
-    late = []
-    for log in inputs.values():
-        seen: int | None = None
-        for rows in log:
-            late += [r for r in rows if seen is not None and r[1] + GAP_MS <= seen - LATENESS_MS]
-            top = max(r[1] for r in rows)
-            seen = top if seen is None else max(seen, top)
-    return late
-
-
-@dataclass
-class Instance:
-    """One stage-1 instance: its engine, what it consumed and what it committed."""
-
-    partitions: list[PartitionKey]
-    emitter: PartialEmitter
-    engine: SessionRunsEngine = field(init=False)
-    committed: Committed = field(default_factory=dict)
-    next: dict[PartitionKey, int] = field(default_factory=dict)
-
-    def start(self, now_ms: int) -> None:
-        self.engine = SessionRunsEngine(EVENT_PLAN, SessionSpec(GAP_MS), event_time=True,
-                                        time_dtype=UTC_MS, allowed_lateness_ms=LATENESS_MS,
-                                        idle_timeout_ms=IDLE_MS, send_every_ms=0)
-        for partition in self.partitions:
-            offset, metadata = self.committed.get(partition, (None, None))
-            self.engine.assign(partition, offset, metadata, now_ms)
-            self.next[partition] = offset or 0
-
-
-@dataclass
-class World:
-    inputs: dict[PartitionKey, list[list[Row]]]
-    repartition: dict[int, list[OutputRecord]] = field(
-        default_factory=lambda: {k: [] for k in range(REPARTITIONS)})
-    late: list[pl.DataFrame] = field(default_factory=list)
-    output: list[OutputRecord] = field(default_factory=list)
-    stage_two: StageTwo = field(init=False)
-    two_committed: Committed = field(default_factory=dict)
-    two_next: dict[int, int] = field(default_factory=dict)
-    emit_every_ms: int | None = None  # stage 2's early results
-
-    def start_two(self) -> None:
-        self.stage_two = StageTwo(OutputSpec("out", "g", late_topic="late"),
-                                  partitions=REPARTITIONS, inputs=set(INPUTS), merge_every=4,
-                                  counters=Counters(), emit_every_ms=self.emit_every_ms,
-                                  sessions=SessionSpec(GAP_MS))
-        for k in range(REPARTITIONS):
-            offset, metadata = self.two_committed.get(("rep", k), (None, None))
-            self.stage_two.assign(("rep", k), offset, metadata)
-            self.two_next[k] = offset or 0
-
-    def step_one(self, instance: Instance, now_ms: int, *, crash: bool) -> None:
-        """Feed the instance one message of each partition, flush; commit unless it
-        crashes (then it restarts from its last commit)."""
-        records: list[OutputRecord] = []
-        late: list[pl.DataFrame] = []
-        for partition in instance.partitions:
-            offset = instance.next[partition]
-            if offset >= len(self.inputs[partition]):
-                continue
-            rows = self.inputs[partition][offset]
-            found = instance.engine.add(frame(rows), [ref(partition, offset, rows)], now_ms)
-            if found is not None:
-                late.append(found)
-            instance.next[partition] = offset + 1
-        closed = instance.engine.close_due(now_ms)
-        for window in closed:
-            records += instance.emitter.window_records(window, EVENT_PLAN)
-        records += instance.emitter.progress_records(instance.engine.frontiers(now_ms), closed)
-        points = instance.engine.commit_points()
-        if crash:
-            instance.start(now_ms)
-            return
-        for record in records:
-            assert record.partition is not None
-            self.repartition[record.partition].append(record)
-        self.late += late
-        instance.committed.update({p: (c.offset, c.metadata) for p, c in points.items()})
-
-    def step_two(self, now_ms: int, *, crash: bool) -> None:
-        messages = []
-        for k, log in self.repartition.items():
-            for offset in range(self.two_next[k], len(log)):
-                record = log[offset]
-                messages.append(InputMessage(("rep", k), offset, record.value,
-                                             headers=list(record.headers)))
-            self.two_next[k] = len(log)
-        self.stage_two.process(messages)
-        records, points, _ = self.stage_two.flush(now_ms)
-        if crash:
-            self.start_two()
-            return
-        self.output += records
-        self.stage_two.committed(len(records))
-        self.two_committed.update({p: (c.offset, c.metadata) for p, c in points.items()})
-
-
-def subscribed(records: Sequence[OutputRecord]) -> pl.DataFrame:
-    """Every session a subscriber assembles (read_output(complete=True)'s rule)."""
-    assembler = WindowAssembler()
-    wholes = [assembler.add(decode_message(r.value, r.headers)) for r in records]
-    frames = [whole.frame for whole in wholes if whole is not None]
-    return pl.concat(frames).select("window_start", "window_end", "k", "v_sum", "n_count",
-                                    "v_max", "row_count").sort(SORT)
-
-
-def run(seed: int, *, crashes: bool, emit_every_ms: int | None = None) -> World:
-    rng = random.Random(seed)
-    world = World(generated(rng, 30), emit_every_ms=emit_every_ms)
-    instances = [Instance(partitions, PartialEmitter("rep", REPARTITIONS, writer=name,
-                                                     compression="zstd",
-                                                     max_message_bytes=1_000_000))
-                 for name, partitions in OWNERS.items()]
-    for instance in instances:
-        instance.start(0)
-    world.start_two()
-    now = 0
-    while any(i.next[p] < len(world.inputs[p]) for i in instances for p in i.partitions):
-        now += 10
-        for instance in rng.sample(instances, len(instances)):
-            world.step_one(instance, now, crash=crashes and rng.random() < 0.1)
-        if rng.random() < 0.5:
-            world.step_two(now, crash=crashes and rng.random() < 0.15)
-    now += IDLE_MS * 2  # every partition idle: every session closes
-    for instance in instances:
-        world.step_one(instance, now, crash=False)
-    world.step_two(now, crash=False)
-    world.step_two(now, crash=False)
-    return world
-
-
-def late_rows(world: World) -> list[Row]:
-    if not world.late:
-        return []
-    late = pl.concat(world.late).select("k", pl.col("ts").dt.epoch("ms"), "v_sum", "n_count",
-                                        "v_max")
-    return [tuple(r) for r in late.rows()]
+from tests.consumer.core.scale_out.session_world import (
+    GAP_MS,
+    IDLE_MS,
+    INPUTS,
+    World,
+    late_by_rule,
+    late_rows,
+    run,
+    subscribed,
+)
+from tests.consumer.core.windows.helpers import EVENT_PLAN, UTC_MS, frame, ref
+from tests.consumer.core.windows.session.harness import (
+    HOLISTIC_PLAN,
+    HOLISTIC_SQL,
+    SORT,
+    session_reference,
+)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -214,6 +51,32 @@ def test_partial_sessions_from_three_instances_merge_into_the_reference(
     assert_frame_equal(got, session_reference(left, GAP_MS).select(got.columns),
                        check_dtypes=False)
     assert int(got.get_column("row_count").sum()) + len(late) == len(rows), "none lost"
+
+
+HOLISTIC_COLUMNS = ("window_start", "window_end", "k", "v_sum", "n_count", "v_max", "spread",
+                    "row_count")
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("crashes", [False, True], ids=["steady", "crashes"])
+def test_sessions_values_travel_with_their_partials_to_the_reference(
+        seed: int, crashes: bool) -> None:
+    """median, quantile, n_unique and an expression need every row of a session: stage 1
+    sends each partial session's values after it, stage 2 gathers them as partials merge
+    (from three instances, with crashes of either stage)."""
+    world = run(seed, crashes=crashes, plan=HOLISTIC_PLAN)
+    rows = [r for log in world.inputs.values() for m in log for r in m]
+    late = sorted(late_rows(world))
+    assert late == sorted(late_by_rule(world.inputs)), "late rows, once each, by the rule"
+    left = list(rows)
+    for row in late:
+        left.remove(row)
+    got = subscribed(world.output, HOLISTIC_COLUMNS)
+    assert got.select(SORT).is_duplicated().sum() == 0, "one row per session"
+    expected = session_reference(left, GAP_MS, aggregates=HOLISTIC_SQL)
+    assert_frame_equal(got, expected.select(got.columns), check_dtypes=False)
+    assert int(got.get_column("row_count").sum()) + len(late) == len(rows), "none lost"
+    assert world.stage_two.buffered_values() == 0, "closed sessions' values are dropped"
 
 
 def test_an_idle_partition_returning_behind_the_floor_is_late_as_aggregates() -> None:
@@ -274,3 +137,63 @@ def test_one_instances_partitions_send_one_session_of_a_key() -> None:
     assert_frame_equal(subscribed(world.output).select("k", "v_sum", "v_max", "row_count"),
                        pl.DataFrame({"k": ["v"], "v_sum": [3.0], "v_max": [4.0],
                                      "row_count": [2]}), check_dtypes=False)
+
+
+def test_a_sessions_values_in_many_pieces_all_reach_its_median() -> None:
+    """A partial session whose values take several records (message size limit)."""
+    rows = [("v", 1_000 + i, float(i * 7 % 101), i % 13, float(i % 17)) for i in range(300)]
+    engine = SessionRunsEngine(HOLISTIC_PLAN, SessionSpec(GAP_MS), event_time=True,
+                               time_dtype=UTC_MS, allowed_lateness_ms=0,
+                               idle_timeout_ms=IDLE_MS, send_every_ms=0)
+    engine.assign(INPUTS[0], None, None, 0)
+    engine.add(frame(rows), [ref(INPUTS[0], 0, rows)], 0)
+    (window,) = engine.close_due(0)
+    emitter = PartialEmitter("rep", 1, writer="w", compression="zstd", max_message_bytes=1_500)
+    records = emitter.window_records(window, HOLISTIC_PLAN)
+    kinds = [dict(r.headers)["arrowagg.kind"] for r in records]
+    assert kinds.count(b"values") > 1, "the values take several records"
+    records += emitter.progress_records(dict.fromkeys(INPUTS, (5_000, True)), [window])
+    world = World({p: [] for p in INPUTS}, plan=HOLISTIC_PLAN)
+    world.start_two()
+    world.repartition = {0: records, 1: []}
+    world.two_next = {0: 0, 1: 0}
+    world.step_two(5_000, crash=False)
+    got = subscribed(world.output, HOLISTIC_COLUMNS)
+    assert_frame_equal(got, session_reference(rows, GAP_MS, aggregates=HOLISTIC_SQL)
+                       .select(got.columns), check_dtypes=False)
+
+
+def test_a_late_partial_session_goes_out_with_its_values() -> None:
+    """A partial session starting before what stage 2 emitted is late: its values come
+    after it, and the late topic's aggregates are over them (plain median here)."""
+    world = World({p: [] for p in INPUTS}, plan=HOLISTIC_PLAN)
+    world.start_two()
+    emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
+                             max_message_bytes=1_000_000)
+    engine = SessionRunsEngine(HOLISTIC_PLAN, SessionSpec(GAP_MS), event_time=True,
+                               time_dtype=UTC_MS, allowed_lateness_ms=0,
+                               idle_timeout_ms=IDLE_MS, send_every_ms=0)
+    for partition in INPUTS:
+        engine.assign(partition, None, None, 0)
+    first = [("v", 1_000, 1.0, 1, 1.0)]
+    engine.add(frame(first), [ref(INPUTS[0], 0, first)], 0)
+    closed = engine.close_due(0)
+    records = [r for w in closed for r in emitter.window_records(w, HOLISTIC_PLAN)]
+    records += emitter.progress_records(engine.frontiers(5_000), closed)  # all idle
+    late_rows = [("v", 900, 2.0, 1, 2.0), ("v", 950, 8.0, 2, 3.0), ("v", 960, 3.0, 2, 4.0)]
+    engine.add(frame(late_rows), [ref(INPUTS[1], 0, late_rows)], 5_000)
+    closed = engine.close_due(5_000)
+    later = [r for w in closed for r in emitter.window_records(w, HOLISTIC_PLAN)]
+    later += emitter.progress_records(engine.frontiers(5_000), closed)
+    world.repartition = {0: records, 1: []}
+    world.two_next = {0: 0, 1: 0}
+    world.step_two(5_000, crash=False)
+    world.repartition[0] += later
+    world.step_two(5_000, crash=False)
+    late = [r for r in world.output if r.topic == "late"]
+    assert len(late) == 1
+    got = pl.from_arrow(pa.ipc.open_stream(late[0].value).read_all())
+    assert isinstance(got, pl.DataFrame)
+    assert got.select("v_sum", "n_count", "row_count").row(0) == (
+        statistics.median(r[2] for r in late_rows), len({r[3] for r in late_rows}),
+        len(late_rows))

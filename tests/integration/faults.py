@@ -299,16 +299,27 @@ def read_topic(bootstrap: str, topic: str, partitions: int, *, quiet_s: float = 
 
 def _records(bootstrap: str, topic: str, partitions: int, *, quiet_s: float,
              timeout_s: float) -> Iterator[Record]:
+    """Until every partition has reached its end (its last stable offset) and nothing
+    came for ``quiet_s``. Quiet alone is not enough: on a busy machine a new consumer's
+    first fetch can take longer than ``quiet_s``, and a reader stopping on quiet alone
+    saw none of the records there (a soak run's waits timed out so, every record in)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{topic}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "enable.partition.eof": True})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     deadline = time.monotonic() + timeout_s
     quiet_since = time.monotonic()
+    at_end: set[int] = set()
     try:
-        while time.monotonic() - quiet_since < quiet_s and time.monotonic() < deadline:
+        while (len(at_end) < partitions or time.monotonic() - quiet_since < quiet_s) \
+                and time.monotonic() < deadline:
             for message in consumer.consume(500, 0.5):
-                if message.error() is not None:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(message.partition() or 0)
                     continue
+                at_end.discard(message.partition() or 0)
                 quiet_since = time.monotonic()
                 raw = message.headers()
                 pairs = raw.items() if isinstance(raw, dict) else raw or []

@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, Producer
 from polars.testing import assert_frame_equal
 
 from tests.conftest import TopicFactory
+from tests.integration.faults import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -62,3 +63,18 @@ def test_arrow_ipc_round_trips_through_a_consumer_group(
     for i, table in enumerate(tables):
         assert received[i].schema == table.schema
         assert_frame_equal(pl.DataFrame(received[i]), pl.DataFrame(table))
+
+
+def test_the_test_reader_reads_to_the_end_before_it_may_stop_on_quiet(
+    bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    # Its waits failed in a soak run with every record in: stopping on quiet alone, a
+    # reader whose first fetch took longer than the quiet time returned nothing. With
+    # no quiet time at all, it still reads every partition to its end (one left empty).
+    topic = topic_factory("reader", partitions=3)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(5):
+        producer.produce(topic, str(i).encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    records = read_topic(bootstrap, topic, 3, quiet_s=0.0)
+    assert sorted(r.value for r in records) == [str(i).encode() for i in range(5)]

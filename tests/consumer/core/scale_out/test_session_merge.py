@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
+from consumer.core.plan import AggregationPlan
 from consumer.core.scale_out.session_runs import SessionRunsEngine
 from consumer.core.scale_out.stage_one import PartialEmitter
 from consumer.core.windows.session.spans import SessionSpec
@@ -81,15 +82,7 @@ def test_sessions_values_travel_with_their_partials_to_the_reference(
 
 def test_an_idle_partition_returning_behind_the_floor_is_late_as_aggregates() -> None:
     """Partial sessions starting before what a part has emitted go to the late topic."""
-    world = World({p: [] for p in INPUTS})
-    world.start_two()
-    emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
-                             max_message_bytes=1_000_000)
-    engine = SessionRunsEngine(EVENT_PLAN, SessionSpec(GAP_MS), event_time=True,
-                               time_dtype=UTC_MS, allowed_lateness_ms=0,
-                               idle_timeout_ms=IDLE_MS, send_every_ms=0)
-    for partition in INPUTS:
-        engine.assign(partition, None, None, 0)
+    world, emitter, engine = one_stage_one(EVENT_PLAN)
     engine.add(frame([("v", 1_000, 1.0, 1, 1.0)]), [ref(INPUTS[0], 0, [("v", 1_000, 1.0, 1, 1.0)])],
                0)
     closed = engine.close_due(0)
@@ -166,15 +159,7 @@ def test_a_sessions_values_in_many_pieces_all_reach_its_median() -> None:
 def test_a_late_partial_session_goes_out_with_its_values() -> None:
     """A partial session starting before what stage 2 emitted is late: its values come
     after it, and the late topic's aggregates are over them (plain median here)."""
-    world = World({p: [] for p in INPUTS}, plan=HOLISTIC_PLAN)
-    world.start_two()
-    emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
-                             max_message_bytes=1_000_000)
-    engine = SessionRunsEngine(HOLISTIC_PLAN, SessionSpec(GAP_MS), event_time=True,
-                               time_dtype=UTC_MS, allowed_lateness_ms=0,
-                               idle_timeout_ms=IDLE_MS, send_every_ms=0)
-    for partition in INPUTS:
-        engine.assign(partition, None, None, 0)
+    world, emitter, engine = one_stage_one(HOLISTIC_PLAN)
     first = [("v", 1_000, 1.0, 1, 1.0)]
     engine.add(frame(first), [ref(INPUTS[0], 0, first)], 0)
     closed = engine.close_due(0)
@@ -197,3 +182,18 @@ def test_a_late_partial_session_goes_out_with_its_values() -> None:
     assert got.select("v_sum", "n_count", "row_count").row(0) == (
         statistics.median(r[2] for r in late_rows), len({r[3] for r in late_rows}),
         len(late_rows))
+
+
+def one_stage_one(plan: AggregationPlan) -> tuple[World, PartialEmitter, SessionRunsEngine]:
+    """A world with stage 2 started and no input, and one stage-1 engine (every input
+    partition assigned) with its emitter, for records written by hand."""
+    world = World({p: [] for p in INPUTS}, plan=plan)
+    world.start_two()
+    emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
+                             max_message_bytes=1_000_000)
+    engine = SessionRunsEngine(plan, SessionSpec(GAP_MS), event_time=True,
+                               time_dtype=UTC_MS, allowed_lateness_ms=0,
+                               idle_timeout_ms=IDLE_MS, send_every_ms=0)
+    for partition in INPUTS:
+        engine.assign(partition, None, None, 0)
+    return world, emitter, engine

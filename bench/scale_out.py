@@ -224,14 +224,17 @@ def wait_for_output(bootstrap: str, output: str, expected: int, count: Count, *,
 
 
 def measure(bootstrap: str, *, target_bytes: int,
+            runs_of: tuple[tuple[int, bool], ...] = ((1, False), (1, True), (2, True),
+                                                     (3, True)),
             step: Callable[[str], None] = lambda _what: None) -> dict[str, Any]:
+    """Each job through ``runs_of``: (instances, two stages), one instance first."""
     topic = prepare(bootstrap, "dictionary", target_bytes, INPUT_PARTITIONS,
                     messages_per_window=20)
     try:
         sessions = sessions_in(topic.payloads.values)
         runs = []
         for job in JOBS:
-            for instances, two_stages in ((1, False), (1, True), (2, True), (3, True)):
+            for instances, two_stages in runs_of:
                 step(f"scale-out, {job}: {instances} instance(s), "
                      f"{'two stages' if two_stages else 'one instance'}")
                 runs.append(run(bootstrap, topic, instances, scale_out=two_stages, job=job,

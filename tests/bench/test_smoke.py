@@ -45,9 +45,6 @@ def test_the_seed_sql_follows_the_seed_rules() -> None:
 
 
 @pytest.mark.integration
-# Every section at toy sizes, the scale-out's sixteen launches of one to three daemons
-# among them (about half the run): past the suite's 300 s on a busy two-core machine.
-@pytest.mark.timeout(600)
 def test_the_harness_writes_figures_for_every_peer(
     bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -92,8 +89,7 @@ def test_the_harness_writes_figures_for_every_peer(
     runs = results["scale_out"]["runs"]
     assert [(r["job"], r["instances"], r["mode"]) for r in runs] == [
         (job, n, mode) for job in ("decomposable", "holistic", "session", "session holistic")
-        for n, mode in (
-            (1, "one instance"), (1, "two stages"), (2, "two stages"), (3, "two stages"))]
+        for n, mode in ((1, "one instance"), (2, "two stages"))]  # SMOKE.scale_out_runs
     assert all(r["rows_per_s"] > 0 for r in runs)
     assert all((r["repartition_bytes"] > 0) == (r["mode"] == "two stages") for r in runs)
     sessions = results["scale_out"]["sessions"]
@@ -105,7 +101,7 @@ def test_the_harness_writes_figures_for_every_peer(
     for said in ("## Against the tools you would use instead", "## Reading the broker",
                  "## Aggregation kernel", "### Per open group, end to end",
                  "### While streaming", "## Latency", "Early results (`window.emit_every_ms:",
-                 "## Scale-out", "| session holistic | 3 | two stages |",
+                 "## Scale-out", "| session holistic | 2 | two stages |",
                  "### In containers", "## Targets",
                  "kernel within 1.15x the Polars floor's time"):
         assert said in text

@@ -36,6 +36,15 @@ log = logging.getLogger(__name__)
 # rebalance, not minutes.
 REWIND_GIVE_UP_MS = 120_000
 
+# How long one read of the committed offsets may hold the loop (it runs between two polls:
+# in the assignment callback, and in a rewind). With isolation.level=read_committed the
+# group coordinator answers only once no transaction holds offsets of the partitions:
+# after a takeover from an instance killed mid-transaction that is when the transaction
+# times out (transaction.timeout.ms, 60 s), and without a coordinator it is never. A
+# lookup that times out leaves the partitions to a rewind, tried again every turn (each
+# turn polls): the loop keeps turning, well inside max.poll.interval.ms, until it reads.
+COMMITTED_TIMEOUT_S = 2.0
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -56,6 +65,7 @@ class StreamProcessor:
         self._paused: set[PartitionKey] = set()  # for the memory budget (core/budget.py)
         self._rewind_needed = False
         self._rewind_failing_since: int | None = None
+        self._offsets_lookup_failed = False  # in this turn's poll: the rewind waits a turn
         self._fatal: BaseException | None = None  # met inside a rebalance callback
         self._closing = False
         self._stop = False
@@ -94,6 +104,7 @@ class StreamProcessor:
     def run_once(self) -> None:
         """One turn of the loop: poll, process, flush (``run`` repeats it)."""
         processing = self._processing
+        self._offsets_lookup_failed = False
         try:
             messages = take_batch(self._consumer, processing.poll_max_messages,
                                   processing.poll_timeout_ms / 1000)
@@ -108,7 +119,9 @@ class StreamProcessor:
         if not self._rewind_needed:
             messages = self._hold_back_paused(messages)
         if self._rewind_needed:
-            self._rewind()  # what this poll returned predates the rewind
+            if not self._offsets_lookup_failed:  # one wait for the offsets between two polls
+                self._rewind()  # what this poll returned predates the rewind
+            self._observer.loop_turned(self._clock())  # turning, if only to rewind
             return
         self._process(messages)
         self._keep_backlogged_alive()
@@ -143,11 +156,14 @@ class StreamProcessor:
 
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         try:
-            committed = self._consumer.committed(partitions, timeout=30) if partitions else []
+            committed = (self._consumer.committed(partitions, timeout=COMMITTED_TIMEOUT_S)
+                         if partitions else [])
         except KafkaException as exc:
-            # The partitions are ours, from offsets we cannot read now: take them as
-            # uncommitted and rewind, which reads the offsets again before any message.
+            # The partitions are ours, from offsets we cannot read now (not yet stable, or
+            # no coordinator): take them as uncommitted and rewind, which reads the
+            # offsets again, on the next turns, before any message is used.
             self._rewind_later("reading the committed offsets", exc.args[0])
+            self._offsets_lookup_failed = True
             committed = partitions
         now = self._clock()
         for tp in committed:
@@ -335,19 +351,26 @@ class StreamProcessor:
         except KafkaException as exc:
             error = exc.args[0]
             now = self._clock()
+            first = self._rewind_failing_since is None
             since = self._rewind_failing_since = self._rewind_failing_since or now
             if is_fatal(error) or now - since > REWIND_GIVE_UP_MS:
                 raise FatalKafkaError(
                     f"cannot rewind to the committed offsets: {described(error)}"
                 ) from exc
-            log.warning("rewinding failed (%s); trying again on the next turn", error.str())
+            # Offsets a transaction holds fail every lookup until it ends: one line.
+            log.log(logging.WARNING if first else logging.DEBUG,
+                    "rewinding failed (%s); trying again every turn", error.str())
             return
+        if self._rewind_failing_since is not None:
+            log.info("rewound after %.1f s of failed attempts",
+                     (self._clock() - self._rewind_failing_since) / 1000)
         self._rewind_needed = False
         self._rewind_failing_since = None
 
     def _rewind_now(self) -> None:
         assignment = self._consumer.assignment()
-        committed = self._consumer.committed(assignment, timeout=30) if assignment else []
+        committed = (self._consumer.committed(assignment, timeout=COMMITTED_TIMEOUT_S)
+                     if assignment else [])
         points = {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None,
                                              CommitMetadata.decode(tp.metadata))
                   for tp in committed}

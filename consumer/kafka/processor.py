@@ -25,25 +25,11 @@ from consumer.core.poll import Counters, Flush, PollPipeline, TurnSnapshot
 from consumer.core.types import InputMessage, PartitionKey, partition_names
 from consumer.kafka.clients import InputConsumer, RebalanceCallback, take_batch
 from consumer.kafka.errors import described, is_fatal
+from consumer.kafka.rewind import COMMITTED_TIMEOUT_S, RewindAttempts
 from consumer.kafka.sink import AbortRequiredError, FatalKafkaError, OutputSink
 from consumer.service.observer import NullObserver, ProcessorObserver
 
 log = logging.getLogger(__name__)
-
-
-# How long the loop keeps trying to rewind (every turn) before it stops in one line: a
-# rewind that fails is retried as soon as the assignment settles, which takes a
-# rebalance, not minutes.
-REWIND_GIVE_UP_MS = 120_000
-
-# How long one read of the committed offsets may hold the loop (it runs between two polls:
-# in the assignment callback, and in a rewind). With isolation.level=read_committed the
-# group coordinator answers only once no transaction holds offsets of the partitions:
-# after a takeover from an instance killed mid-transaction that is when the transaction
-# times out (transaction.timeout.ms, 60 s), and without a coordinator it is never. A
-# lookup that times out leaves the partitions to a rewind, tried again every turn (each
-# turn polls): the loop keeps turning, well inside max.poll.interval.ms, until it reads.
-COMMITTED_TIMEOUT_S = 2.0
 
 
 def now_ms() -> int:
@@ -64,7 +50,7 @@ class StreamProcessor:
         self._clock = clock
         self._paused: set[PartitionKey] = set()  # for the memory budget (core/budget.py)
         self._rewind_needed = False
-        self._rewind_failing_since: int | None = None
+        self._rewind_attempts = RewindAttempts(clock)
         self._offsets_lookup_failed = False  # in this turn's poll: the rewind waits a turn
         self._fatal: BaseException | None = None  # met inside a rebalance callback
         self._closing = False
@@ -349,23 +335,10 @@ class StreamProcessor:
         try:
             self._rewind_now()
         except KafkaException as exc:
-            error = exc.args[0]
-            now = self._clock()
-            first = self._rewind_failing_since is None
-            since = self._rewind_failing_since = self._rewind_failing_since or now
-            if is_fatal(error) or now - since > REWIND_GIVE_UP_MS:
-                raise FatalKafkaError(
-                    f"cannot rewind to the committed offsets: {described(error)}"
-                ) from exc
-            # Offsets a transaction holds fail every lookup until it ends: one line.
-            log.log(logging.WARNING if first else logging.DEBUG,
-                    "rewinding failed (%s); trying again every turn", error.str())
+            self._rewind_attempts.failed(exc.args[0])
             return
-        if self._rewind_failing_since is not None:
-            log.info("rewound after %.1f s of failed attempts",
-                     (self._clock() - self._rewind_failing_since) / 1000)
+        self._rewind_attempts.succeeded()
         self._rewind_needed = False
-        self._rewind_failing_since = None
 
     def _rewind_now(self) -> None:
         assignment = self._consumer.assignment()

@@ -12,7 +12,7 @@ from typing import Literal
 import pytest
 from confluent_kafka import KafkaError
 
-from consumer.kafka.processor import REWIND_GIVE_UP_MS
+from consumer.kafka.rewind import REWIND_GIVE_UP_MS
 from consumer.kafka.sink import FatalKafkaError
 from consumer.service.observer import NullObserver
 from tests.consumer.kafka.rig import (

@@ -25,16 +25,11 @@ from consumer.core.poll import Counters, Flush, PollPipeline, TurnSnapshot
 from consumer.core.types import InputMessage, PartitionKey, partition_names
 from consumer.kafka.clients import InputConsumer, RebalanceCallback, take_batch
 from consumer.kafka.errors import described, is_fatal
+from consumer.kafka.rewind import COMMITTED_TIMEOUT_S, RewindAttempts
 from consumer.kafka.sink import AbortRequiredError, FatalKafkaError, OutputSink
 from consumer.service.observer import NullObserver, ProcessorObserver
 
 log = logging.getLogger(__name__)
-
-
-# How long the loop keeps trying to rewind (every turn) before it stops in one line: a
-# rewind that fails is retried as soon as the assignment settles, which takes a
-# rebalance, not minutes.
-REWIND_GIVE_UP_MS = 120_000
 
 
 def now_ms() -> int:
@@ -55,7 +50,8 @@ class StreamProcessor:
         self._clock = clock
         self._paused: set[PartitionKey] = set()  # for the memory budget (core/budget.py)
         self._rewind_needed = False
-        self._rewind_failing_since: int | None = None
+        self._rewind_attempts = RewindAttempts(clock)
+        self._offsets_lookup_failed = False  # in this turn's poll: the rewind waits a turn
         self._fatal: BaseException | None = None  # met inside a rebalance callback
         self._closing = False
         self._stop = False
@@ -94,6 +90,7 @@ class StreamProcessor:
     def run_once(self) -> None:
         """One turn of the loop: poll, process, flush (``run`` repeats it)."""
         processing = self._processing
+        self._offsets_lookup_failed = False
         try:
             messages = take_batch(self._consumer, processing.poll_max_messages,
                                   processing.poll_timeout_ms / 1000)
@@ -108,7 +105,9 @@ class StreamProcessor:
         if not self._rewind_needed:
             messages = self._hold_back_paused(messages)
         if self._rewind_needed:
-            self._rewind()  # what this poll returned predates the rewind
+            if not self._offsets_lookup_failed:  # one wait for the offsets between two polls
+                self._rewind()  # what this poll returned predates the rewind
+            self._observer.loop_turned(self._clock())  # turning, if only to rewind
             return
         self._process(messages)
         self._keep_backlogged_alive()
@@ -143,11 +142,14 @@ class StreamProcessor:
 
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         try:
-            committed = self._consumer.committed(partitions, timeout=30) if partitions else []
+            committed = (self._consumer.committed(partitions, timeout=COMMITTED_TIMEOUT_S)
+                         if partitions else [])
         except KafkaException as exc:
-            # The partitions are ours, from offsets we cannot read now: take them as
-            # uncommitted and rewind, which reads the offsets again before any message.
+            # The partitions are ours, from offsets we cannot read now (not yet stable, or
+            # no coordinator): take them as uncommitted and rewind, which reads the
+            # offsets again, on the next turns, before any message is used.
             self._rewind_later("reading the committed offsets", exc.args[0])
+            self._offsets_lookup_failed = True
             committed = partitions
         now = self._clock()
         for tp in committed:
@@ -333,21 +335,15 @@ class StreamProcessor:
         try:
             self._rewind_now()
         except KafkaException as exc:
-            error = exc.args[0]
-            now = self._clock()
-            since = self._rewind_failing_since = self._rewind_failing_since or now
-            if is_fatal(error) or now - since > REWIND_GIVE_UP_MS:
-                raise FatalKafkaError(
-                    f"cannot rewind to the committed offsets: {described(error)}"
-                ) from exc
-            log.warning("rewinding failed (%s); trying again on the next turn", error.str())
+            self._rewind_attempts.failed(exc.args[0])
             return
+        self._rewind_attempts.succeeded()
         self._rewind_needed = False
-        self._rewind_failing_since = None
 
     def _rewind_now(self) -> None:
         assignment = self._consumer.assignment()
-        committed = self._consumer.committed(assignment, timeout=30) if assignment else []
+        committed = (self._consumer.committed(assignment, timeout=COMMITTED_TIMEOUT_S)
+                     if assignment else [])
         points = {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None,
                                              CommitMetadata.decode(tp.metadata))
                   for tp in committed}

@@ -1,5 +1,6 @@
 """Transactions under faults, through Apache Kafka: a crash between produce and commit
-leaves nothing visible to read_committed readers and no hanging transaction."""
+leaves nothing visible to read_committed readers and no hanging transaction; a crash
+after sending the offsets holds them back from the next owner, which keeps turning."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from itertools import pairwise
 
 import pytest
-from confluent_kafka import Consumer, IsolationLevel, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from polars.testing import assert_frame_equal
@@ -18,6 +20,7 @@ from consumer.compose import build_processor
 from consumer.core.types import OutputRecord
 from consumer.kafka.clients import InputConsumer, producer_config
 from consumer.kafka.sink import TransactionalSink
+from consumer.service.observer import NullObserver
 from tests.conftest import TopicFactory
 from tests.integration.conftest import (
     daemon_settings,
@@ -27,6 +30,7 @@ from tests.integration.conftest import (
 )
 from tests.integration.daemon_runs import SIZE_MS
 from tests.integration.data import KEYS, make_input, output_frame, reference
+from tests.integration.faults import write_figures
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -123,3 +127,74 @@ def test_crash_between_produce_and_commit_is_invisible_and_leaves_no_hanging_tra
                        rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)
     assert stable_equals_high_watermark(admin, sink, partitions=1)
     del dying  # the zombie producer goes only now, after the checks
+
+
+class TurnTimes(NullObserver):
+    def __init__(self) -> None:
+        self.at: list[float] = []
+        self.assigned_at: list[float] = []
+
+    def loop_turned(self, now_ms: int) -> None:
+        del now_ms
+        self.at.append(time.monotonic())
+
+    def assigned(self, partitions: Sequence[tuple[str, int]]) -> None:
+        del partitions
+        self.assigned_at.append(time.monotonic())
+
+
+# The dead instance's transaction: aborted by the broker this long (plus its clean-up
+# interval, up to 10 s) after it began.
+DEAD_TRANSACTION_MS = 15_000
+
+
+def test_offsets_held_by_a_dead_instances_transaction_never_stall_the_new_owner(
+    bootstrap: str, topic_factory: TopicFactory,
+) -> None:
+    """An instance dies after sending its offsets to a transaction: until the broker
+    aborts that transaction, the group coordinator holds the partitions' committed offsets
+    back from read_committed lookups, and librdkafka's ``committed`` waits out its whole
+    timeout. The daemon taking its partitions over must keep polling and turning
+    (``/healthz``) meanwhile, then read the offsets and aggregate everything once."""
+    source, sink = topic_factory("in", partitions=2), topic_factory("out")
+    settings = daemon_settings(bootstrap, source, sink, window={
+        "kind": "tumbling", "time": "event", "timestamp_column": "ts", "size_ms": SIZE_MS,
+        "idle_timeout_ms": 1500})
+    data = make_input(batches_per_producer=20, producers=2, span_ms=30)
+    publish_tables(bootstrap, source, data)
+    group = settings.kafka.group_id
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "isolation.level": "read_committed", "enable.auto.commit": False,
+                       "partition.assignment.strategy": "cooperative-sticky"})
+    member.subscribe([source])
+    deadline = time.monotonic() + 30
+    while len(member.assignment()) < 2 and time.monotonic() < deadline:
+        member.poll(0.2)
+    dead = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{group}-dead",
+                     "transaction.timeout.ms": DEAD_TRANSACTION_MS})
+    dead.init_transactions(30)
+    dead.begin_transaction()
+    dead.send_offsets_to_transaction([TopicPartition(source, p, 0) for p in (0, 1)],
+                                     member.consumer_group_metadata(), 30)
+
+    turns = TurnTimes()
+    started = time.monotonic()
+    with running_daemon(settings, turns) as daemon:
+        while len(turns.at) < 10 and time.monotonic() - started < 30:
+            member.poll(0.1)  # the daemon turns, joining; the member keeps its share
+        member.close()  # and dies: its transaction stays open, as a SIGKILL leaves it
+        wait_all_committed(daemon, settings, rows=sum(t.num_rows for _, t in data),
+                           timeout_s=90)
+    got, starts = output_frame(bootstrap, sink)
+    longest = max(later - earlier for earlier, later in pairwise(turns.at))
+    write_figures("dead_transaction_takeover", {
+        "longest_s_between_turns": round(longest, 1),
+        "all_committed_after_s": round(time.monotonic() - started, 1),
+        "dead_transaction_timeout_ms": DEAD_TRANSACTION_MS})
+    assert turns.at[0] < turns.assigned_at[0], "assigned before the loop first turned"
+    assert longest < 5.0, f"the loop did not turn for {longest:.1f}s"
+    assert sorted(starts) == sorted(set(starts)), "a window was committed twice"
+    assert_frame_equal(got.drop("window_end").sort(["window_start", *KEYS]),
+                       reference([t for _, t in data], SIZE_MS), check_exact=False,
+                       rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)
+    del dead  # it goes only now: its transaction must stay open through the takeover

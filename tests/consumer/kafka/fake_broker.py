@@ -11,7 +11,9 @@ and offsets atomically, like a transaction, or raises whatever the test queued f
 Both clients raise librdkafka's own errors (``KafkaException(KafkaError(code))``) from
 any call a test names in ``fail``, as the real clients do when a rebalance, a lost
 assignment, a fence or a failover meets the call; a seek on a partition that is not
-assigned answers ``_STATE``, as librdkafka's does.
+assigned answers ``_STATE``, as librdkafka's does. ``committed`` can also wait, as
+librdkafka's does while a transaction holds offsets of the partitions (read_committed)
+or no coordinator answers: on the test's clock, for its whole timeout, then ``_TIMED_OUT``.
 
 This is not a Kafka: no replication, no fencing of its own, no isolation levels. The
 real broker's behaviour is tested in tests/integration; this one makes the loop's
@@ -125,6 +127,11 @@ class FakeConsumer:
         # messages it had queued before the pause took effect.
         self.leak_paused = False
         self.failures = FailingCalls()
+        # Until this time on ``clock`` (the rig's: an object with ``now_ms``), the
+        # committed offsets are unstable: ``committed`` waits, moving the clock.
+        self.offsets_unstable_until_ms: int | None = None
+        self.clock: Any = None
+        self.polled_at: list[int] = []  # on ``clock``, when it is set
 
     def fail(self, call: str, error: KafkaError | int, *, times: int = 1) -> None:
         self.failures.fail(call, error, times=times)
@@ -157,6 +164,8 @@ class FakeConsumer:
         return self._take(num_messages)
 
     def _take(self, num_messages: int) -> list[Message]:
+        if self.clock is not None:
+            self.polled_at.append(self.clock.now_ms)
         self._serve_events()
         out: list[Message] = [Message(error=error) for error in self.error_events]
         self.error_events.clear()
@@ -196,14 +205,24 @@ class FakeConsumer:
 
     def committed(self, partitions: list[TopicPartition],
                   timeout: float = -1) -> list[TopicPartition]:
-        del timeout
         self.failures.check("committed")
+        self._wait_until_stable(timeout)
         out = []
         for tp in partitions:
             stored = self.broker.committed.get((tp.topic, tp.partition))
             out.append(stored if stored is not None
                        else TopicPartition(tp.topic, tp.partition, OFFSET_INVALID))
         return out
+
+    def _wait_until_stable(self, timeout_s: float) -> None:
+        until = self.offsets_unstable_until_ms
+        if until is None or self.clock is None or self.clock.now_ms >= until:
+            return
+        if timeout_s >= 0 and self.clock.now_ms + timeout_s * 1000 < until:
+            self.clock.now_ms += int(timeout_s * 1000)
+            self.failures.raised.append(("committed", KafkaError._TIMED_OUT))
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        self.clock.now_ms = until
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         self.failures.check("position")

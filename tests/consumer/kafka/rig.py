@@ -14,6 +14,7 @@ from consumer.compose import build_pipeline
 from consumer.config import settings_from_dict
 from consumer.kafka.processor import StreamProcessor
 from consumer.kafka.sink import AtLeastOnceSink, OutputSink, TransactionalSink
+from consumer.service.observer import ProcessorObserver
 from tests.consumer.kafka.fake_broker import FakeBroker, FakeConsumer, FakeProducer, FakeSink
 from wire.input import encode_ipc_stream
 from wire.output import decode_output
@@ -69,6 +70,7 @@ class Rig:
     """A broker, a consumer, a sink and the processor wired to them."""
 
     def __init__(self, partitions: int = 2, *, sink: SinkKind = "fake",
+                 observer: ProcessorObserver | None = None,
                  **sections: dict[str, object]) -> None:
         """``sink``: a FakeSink, or one of the daemon's own sinks over FakeProducers
         (``self.producers``, one per producer the sink makes), which fail where the
@@ -85,11 +87,12 @@ class Rig:
         elif sink == "at_least_once":
             self.sink = AtLeastOnceSink({}, new_producer=self._new_producer)
         self.clock = Clock()
+        self.consumer.clock = self.clock
         self.settings = settings_from_dict(config(**sections))
         self.pipeline = build_pipeline(self.settings)
         self.processor = StreamProcessor(
             self.consumer, self.sink, self.pipeline, topics=[SOURCE],
-            processing=self.settings.processing, clock=self.clock)
+            processing=self.settings.processing, observer=observer, clock=self.clock)
         self.published: list[pa.Table] = []
         self.processor.subscribe()
 

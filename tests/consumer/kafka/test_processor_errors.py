@@ -6,12 +6,15 @@ that says why (docs/reliability.md, "Broker calls and their errors")."""
 from __future__ import annotations
 
 import random
+from itertools import pairwise
+from typing import Literal
 
 import pytest
 from confluent_kafka import KafkaError
 
-from consumer.kafka.processor import REWIND_GIVE_UP_MS
+from consumer.kafka.rewind import REWIND_GIVE_UP_MS
 from consumer.kafka.sink import FatalKafkaError
+from consumer.service.observer import NullObserver
 from tests.consumer.kafka.rig import (
     P0,
     P1,
@@ -83,6 +86,54 @@ def test_committed_offsets_unreadable_at_assignment_are_read_by_a_rewind(code: i
     rig.turns(2)
     assert rig.consumer.callback_errors == []
     assert rig.consumer.failures.raised == [("committed", code)]
+    closed_output_is_exact(rig, before_ms=2 * SIZE_MS)
+
+
+class TurnTimes(NullObserver):
+    def __init__(self) -> None:
+        self.at: list[int] = []
+
+    def loop_turned(self, now_ms: int) -> None:
+        self.at.append(now_ms)
+
+
+def longest_gap(times: list[int]) -> int:
+    return max(later - earlier for earlier, later in pairwise(times))
+
+
+# The fault tests' max.poll.interval.ms, the shortest the daemon is run with.
+MAX_POLL_INTERVAL_MS = 8_000
+
+
+@pytest.mark.parametrize("rebalance", ["assign", "lost"])
+def test_offsets_held_by_a_dead_instances_transaction_never_stall_the_loop(
+    rebalance: Literal["assign", "lost"],
+) -> None:
+    """A takeover from an instance killed mid-transaction: until its transaction times out
+    (transaction.timeout.ms, 60 s) the coordinator holds the partitions' committed offsets
+    back (read_committed), and librdkafka's ``committed`` waits out its whole timeout.
+    Read in the assignment callback and again by the rewind, with a 30 s timeout, that
+    held the loop a minute between two polls. It must keep polling and turning, read the
+    offsets once they are stable, and lose nothing."""
+    turns = TurnTimes()
+    rig = Rig(observer=turns)
+    publish_windows(rig, range(2))
+    if rebalance == "assign":  # taking partitions over
+        rig.turns(2)
+    else:  # losing a partition: the rewind of the one kept reads its offsets
+        rig.consumer.rebalance("assign", [P0, P1])
+        rig.turns(2)
+    stable_at = rig.clock.now_ms + 60_000
+    rig.consumer.offsets_unstable_until_ms = stable_at
+    rig.consumer.rebalance(rebalance, [P0, P1] if rebalance == "assign" else [P1])
+    while rig.clock.now_ms < stable_at + 1_000:
+        rig.turns(1)
+    assert longest_gap(rig.consumer.polled_at) < MAX_POLL_INTERVAL_MS / 2
+    assert longest_gap(turns.at) < MAX_POLL_INTERVAL_MS / 2  # what /healthz sees
+    assert rig.consumer.failures.raised.count(("committed", KafkaError._TIMED_OUT)) >= 2
+    assert rig.consumer.callback_errors == []
+    if rebalance == "lost":
+        rig.consumer.rebalance("assign", [P1])
     closed_output_is_exact(rig, before_ms=2 * SIZE_MS)
 
 

@@ -206,9 +206,11 @@ def run_memory(sizes: Sizes) -> dict[str, Any]:
 
 def run_scale_out(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
     _step(f"scale-out: {sizes.scale_out_bytes / 1e6:.0f} MB through 1, 2, 3 instances")
-    figures = scale_out.measure(bootstrap, target_bytes=sizes.scale_out_bytes, step=_step)
+    figures = scale_out.measure(bootstrap, target_bytes=sizes.scale_out_bytes,
+                                runs_of=sizes.scale_out_runs, step=_step)
     for run in figures["runs"]:
-        print(f"   {run['instances']} instance(s), {run['mode']}: {run['seconds']:.1f} s, "
+        print(f"   {run['job']}, {run['instances']} instance(s), {run['mode']}: "
+              f"{run['seconds']:.1f} s, "
               f"{run['rows_per_s']:,.0f} rows/s, repartition "
               f"{run['repartition_bytes_per_input_gb'] / 1e6:.1f} MB per input GB", flush=True)
     return figures

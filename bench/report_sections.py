@@ -153,7 +153,8 @@ def _job(run: dict[str, Any]) -> str:
 
 def scale_out_table(results: dict[str, Any]) -> str:
     """Each job's runs against that job's one instance: the seed's aggregates, whose
-    partial states cross the repartition topic, and a median, whose values do."""
+    partial states cross the repartition topic, and a median, whose values do; over
+    tumbling windows, then over sessions."""
     figures = results["scale_out"]
     runs = figures["runs"]
     singles = {_job(r): r for r in runs if r["mode"] == "one instance"}
@@ -167,10 +168,20 @@ def scale_out_table(results: dict[str, Any]) -> str:
             f"{figures['input_partitions']} input and {figures['repartition_partitions']} "
             "repartition partitions. Jobs: `decomposable` is the seed's plan (stage 1 sends "
             "partial states); `holistic` adds `power: median` (stage 1 also sends every "
-            "row's `power`).")
+            "row's `power`)." + _sessions_said(figures))
     return head + "\n\n" + markdown_table(
         ["job", "instances", "mode", "seconds", "rows/s", "vs one instance",
          "repartition MB per input GB"], rows)
+
+
+def _sessions_said(figures: dict[str, Any]) -> str:
+    """What the session jobs are, when the results have them (older ones do not)."""
+    if "sessions" not in figures:
+        return ""
+    return (f" `session` and `session holistic` are the same over session windows of a "
+            f"{figures['session_gap_ms'] / 1000:g} s gap ({figures['sessions']:,} sessions; "
+            "stage 1 sends partial sessions, stage 2 merges them), timed to the last "
+            "session out.")
 
 
 CONTAINERS_INTRO = """\

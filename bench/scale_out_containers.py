@@ -39,7 +39,7 @@ from typing import Any
 from bench.broker import _state_dir, create_topic, delete_topics, fill
 from bench.e2e import GROUPS, ROWS_PER_MESSAGE
 from bench.payloads import WINDOW_MS, build, sentinel
-from bench.scale_out import INPUT_PARTITIONS, REPARTITIONS, _wait_for_windows
+from bench.scale_out import INPUT_PARTITIONS, REPARTITIONS, wait_for_output, window_ends
 from bench.sizes import KernelCase
 
 REPO = Path(__file__).resolve().parent.parent
@@ -118,9 +118,9 @@ def run(compose: Compose, data: Input, instances: int,
     clock = time.perf_counter()
     fill(compose.bootstrap, topics["BENCH_INPUT"], data.values)
     published_s = time.perf_counter() - clock
-    done = _wait_for_windows(compose.bootstrap, topics["BENCH_OUTPUT"],
-                             data.windows * REPARTITIONS, scale_out=True,
-                             daemons=[compose.watch("daemon")])
+    done = wait_for_output(compose.bootstrap, topics["BENCH_OUTPUT"],
+                           data.windows * REPARTITIONS, window_ends(scale_out=True),
+                           daemons=[compose.watch("daemon")])
     seconds = done - clock
     after = cpu_seconds(compose, daemons, broker_pid)
     spent = {k: _minus(after[k], before[k]) for k in after}

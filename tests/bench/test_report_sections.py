@@ -81,3 +81,24 @@ def test_the_scale_out_table_sets_each_job_against_its_own_one_instance() -> Non
                     "| decomposable | 2 | two stages | 1.0 | 2,000,000 | 0.50x | 25.0 |",
                     "| holistic | 1 | one instance | 1.0 | 2,000,000 | 1.00x | - |",
                     "| holistic | 2 | two stages | 1.0 | 1,500,000 | 0.75x | 25.0 |"]
+
+
+def test_the_scale_out_table_has_the_session_jobs_and_says_what_they_are() -> None:
+    results = scale_out([(1, "one instance", 4e6), (3, "two stages", 2e6)])
+    results["scale_out"].update(rows=10, input_bytes=1e9, groups=10, windows=1,
+                                input_partitions=4, repartition_partitions=6)
+    without = report_sections.scale_out_table(results)
+    assert "session" not in without  # results from before the session jobs
+    for job, rates in (("session", (3e6, 1e6)), ("session holistic", (2e6, 5e5))):
+        runs = scale_out([(1, "one instance", rates[0]), (3, "two stages", rates[1])])
+        results["scale_out"]["runs"] += [{**run, "job": job, "sessions": 12_345}
+                                         for run in runs["scale_out"]["runs"]]
+    results["scale_out"].update(sessions=12_345, session_gap_ms=1_000)
+    head, _, table = report_sections.scale_out_table(results).partition("\n\n")
+    assert ("`session` and `session holistic` are the same over session windows of a 1 s "
+            "gap (12,345 sessions;") in head
+    assert table.splitlines()[4:] == [
+        "| session | 1 | one instance | 1.0 | 3,000,000 | 1.00x | - |",
+        "| session | 3 | two stages | 1.0 | 1,000,000 | 0.33x | 25.0 |",
+        "| session holistic | 1 | one instance | 1.0 | 2,000,000 | 1.00x | - |",
+        "| session holistic | 3 | two stages | 1.0 | 500,000 | 0.25x | 25.0 |"]

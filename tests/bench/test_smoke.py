@@ -88,15 +88,20 @@ def test_the_harness_writes_figures_for_every_peer(
         assert run["p99_ms"] >= run["p50_ms"] > 0
     runs = results["scale_out"]["runs"]
     assert [(r["job"], r["instances"], r["mode"]) for r in runs] == [
-        (job, n, mode) for job in ("decomposable", "holistic") for n, mode in (
-            (1, "one instance"), (1, "two stages"), (2, "two stages"), (3, "two stages"))]
+        (job, n, mode) for job in ("decomposable", "holistic", "session", "session holistic")
+        for n, mode in ((1, "one instance"), (2, "two stages"))]  # SMOKE.scale_out_runs
     assert all(r["rows_per_s"] > 0 for r in runs)
     assert all((r["repartition_bytes"] > 0) == (r["mode"] == "two stages") for r in runs)
+    sessions = results["scale_out"]["sessions"]
+    assert sessions > results["scale_out"]["groups"]  # the gap cuts: many a group
+    assert [r.get("sessions") for r in runs] == [
+        sessions if r["job"].startswith("session") else None for r in runs]
     text = doc.read_text()
     assert len(text.splitlines()) <= 200
     for said in ("## Against the tools you would use instead", "## Reading the broker",
                  "## Aggregation kernel", "### Per open group, end to end",
                  "### While streaming", "## Latency", "Early results (`window.emit_every_ms:",
-                 "## Scale-out", "### In containers", "## Targets",
+                 "## Scale-out", "| session holistic | 2 | two stages |",
+                 "### In containers", "## Targets",
                  "kernel within 1.15x the Polars floor's time"):
         assert said in text

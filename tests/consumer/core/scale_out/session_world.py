@@ -53,14 +53,19 @@ def generated(rng: random.Random, messages: int) -> dict[PartitionKey, list[list
     return out
 
 
-def late_by_rule(inputs: dict[PartitionKey, list[list[Row]]]) -> list[Row]:
+def late_by_rule(inputs: dict[PartitionKey, list[list[Row]]],
+                 revise_within_ms: int | None = None) -> list[Row]:
     """A row is late when its own session (row + gap) ends at or before its partition's
-    largest earlier time less the allowed lateness."""
+    largest earlier time less the allowed lateness (the watermark), and, with
+    ``revise_within_ms`` (late: revise), it is more than that before the watermark."""
     late = []
     for log in inputs.values():
         seen: int | None = None
         for rows in log:
-            late += [r for r in rows if seen is not None and r[1] + GAP_MS <= seen - LATENESS_MS]
+            if seen is not None:
+                watermark = seen - LATENESS_MS
+                late += [r for r in rows if r[1] + GAP_MS <= watermark and (
+                    revise_within_ms is None or r[1] < watermark - revise_within_ms)]
             top = max(r[1] for r in rows)
             seen = top if seen is None else max(seen, top)
     return late
@@ -76,11 +81,13 @@ class Instance:
     committed: Committed = field(default_factory=dict)
     next: dict[PartitionKey, int] = field(default_factory=dict)
     plan: AggregationPlan = EVENT_PLAN
+    revise_within_ms: int | None = None  # late: revise
 
     def start(self, now_ms: int) -> None:
         self.engine = SessionRunsEngine(self.plan, SessionSpec(GAP_MS), event_time=True,
                                         time_dtype=UTC_MS, allowed_lateness_ms=LATENESS_MS,
-                                        idle_timeout_ms=IDLE_MS, send_every_ms=0)
+                                        idle_timeout_ms=IDLE_MS, send_every_ms=0,
+                                        revise_within_ms=self.revise_within_ms)
         for partition in self.partitions:
             offset, metadata = self.committed.get(partition, (None, None))
             self.engine.assign(partition, offset, metadata, now_ms)
@@ -169,14 +176,16 @@ def subscribed(records: Sequence[OutputRecord], columns: Sequence[str] = COLUMNS
 
 
 def run(seed: int, *, crashes: bool, emit_every_ms: int | None = None,
-        plan: AggregationPlan = EVENT_PLAN, max_message_bytes: int = 1_000_000) -> World:
-    """``max_message_bytes``: small, and stage 1's partials and values come in pieces."""
+        plan: AggregationPlan = EVENT_PLAN, max_message_bytes: int = 1_000_000,
+        revise_within_ms: int | None = None) -> World:
+    """``max_message_bytes``: small, and stage 1's partials and values come in pieces;
+    ``revise_within_ms``: stage 1's (late: revise)."""
     rng = random.Random(seed)
     world = World(generated(rng, 30), emit_every_ms=emit_every_ms, plan=plan)
     instances = [Instance(partitions, PartialEmitter("rep", REPARTITIONS, writer=name,
                                                      compression="zstd",
                                                      max_message_bytes=max_message_bytes),
-                          plan=plan)
+                          plan=plan, revise_within_ms=revise_within_ms)
                  for name, partitions in OWNERS.items()]
     for instance in instances:
         instance.start(0)

@@ -114,7 +114,8 @@ def build_engine(settings: Settings, plan: AggregationPlan,
                                  time_dtype=time_dtype,
                                  allowed_lateness_ms=window.allowed_lateness_ms,
                                  idle_timeout_ms=window.idle_timeout_ms,
-                                 send_every_ms=processing.commit_interval_ms)
+                                 send_every_ms=processing.commit_interval_ms,
+                                 revise_within_ms=revise_within_ms(settings))
     if spec is not None:
         return SessionWindowEngine(
             plan, spec,

@@ -109,22 +109,11 @@ def _scale_out_problems(settings: Settings) -> Iterator[Problem]:
     if settings.window.kind == "count":
         yield (("scale_out",), ("needs time windows: count windows count each instance's "
                "messages, which no two instances share"))
-    yield from _scale_out_session_problems(settings)
     output = settings.output
     if scale_out.repartition_topic in {*settings.input.topics, output.topic,
                                        output.late_topic, output.dlq_topic}:
         yield (("scale_out", "repartition_topic"), (f"{scale_out.repartition_topic!r} is "
                "already an input or output topic; give the repartition a topic of its own"))
-
-
-def _scale_out_session_problems(settings: Settings) -> Iterator[Problem]:
-    """What the scale-out does not do with session windows yet."""
-    window = settings.window
-    if window.kind != "session":
-        return
-    if window.late == "revise":
-        yield (("window", "late"), ("session windows with scale_out take no revisions yet: "
-               "stage 2 keeps no emitted session; use late: topic or drop"))
 
 
 def _librdkafka_problems(kafka: KafkaSettings) -> Iterator[Problem]:

@@ -525,11 +525,15 @@ def test_the_scale_out_takes_sessions_with_any_aggregate(aggregation: dict[str, 
     assert settings.window.kind == "session"
 
 
-def test_the_scale_out_refuses_session_revisions_yet() -> None:
-    document = minimal(window={**SESSIONS, "late": "revise", "revision_lateness_ms": 5_000},
-                       scale_out={"repartition_topic": "sensors-repartition"})
-    assert config_error(document).startswith(
-        "config.yaml: window.late: session windows with scale_out take no revisions yet")
+@pytest.mark.parametrize("emit_every_ms", [None, 500], ids=["final-only", "early-results"])
+def test_the_scale_out_takes_session_revisions(emit_every_ms: int | None) -> None:
+    window = {**SESSIONS, "late": "revise", "revision_lateness_ms": 5_000,
+              "emit_every_ms": emit_every_ms}
+    settings = settings_from_dict(minimal(
+        window={k: v for k, v in window.items() if v is not None},
+        scale_out={"repartition_topic": "sensors-repartition"}))
+    assert settings.scale_out is not None
+    assert (settings.window.late, settings.window.emit_every_ms) == ("revise", emit_every_ms)
 
 
 @pytest.mark.parametrize("scale_out", [None, {"repartition_topic": "sensors-repartition"}],
@@ -541,14 +545,6 @@ def test_session_early_results_run_on_one_instance_and_with_the_scale_out(
     document = minimal(window=window) if scale_out is None else minimal(window=window,
                                                                         scale_out=scale_out)
     assert settings_from_dict(document).window.emit_every_ms == 500
-
-
-def test_session_early_results_with_the_scale_out_keep_its_other_refusals() -> None:
-    window = {"kind": "session", "gap_ms": 1_000, "timestamp_column": "ts",
-              "emit_every_ms": 500, "late": "revise", "revision_lateness_ms": 5_000}
-    document = minimal(window=window, scale_out={"repartition_topic": "sensors-repartition"})
-    assert config_error(document).startswith(
-        "config.yaml: window.late: session windows with scale_out take no revisions yet")
 
 
 # -- late rows, revisions, buffered aggregates (issue 16) -------------------------------

@@ -14,6 +14,7 @@ from tests.integration.data import KEYS, T0, sensor_table
 
 GAP_MS = 100
 SITES, SENSORS, ZONES = ["site-0", "site-1", "site-2"], ["ünï", 'b "q"', "c"], ["north", "south"]
+ALL_KEYS = [(s, n, z) for s in SITES for n in SENSORS for z in ZONES]
 
 
 def active(key: tuple[str, str, str], block: int) -> bool:
@@ -22,22 +23,31 @@ def active(key: tuple[str, str, str], block: int) -> bool:
     return zlib.crc32(f"{key}/{block}".encode()) % 3 != 0
 
 
+def keys_pausing_after(block: int) -> list[tuple[str, str, str]]:
+    """The keys with rows in ``block`` and none in the next: their sessions end there."""
+    return [k for k in ALL_KEYS if active(k, block) and not active(k, block + 1)]
+
+
+def with_keys(table: pa.Table, keys: list[tuple[str, str, str]]) -> pa.Table:
+    """``table`` with its rows' key columns set to ``keys``, row by row."""
+    for i, name in enumerate(KEYS):
+        table = table.set_column(table.schema.get_field_index(name), name,
+                                 pa.array([k[i] for k in keys]))
+    return table
+
+
 def session_input(batches_per_producer: int, producers: int, span_ms: int,
                   ) -> list[tuple[int, pa.Table]]:
     """Each producer writes its own partition in event-time order; every key lives in
     every partition, in blocks of four batches (longer than the gap)."""
     rng = random.Random(17)
-    keys = [(s, n, z) for s in SITES for n in SENSORS for z in ZONES]
     out = []
     for batch in range(batches_per_producer):
-        live = [k for k in keys if active(k, batch // 4)] or keys[:1]
+        live = [k for k in ALL_KEYS if active(k, batch // 4)] or ALL_KEYS[:1]
         for producer in range(producers):
             table = sensor_table(rng, rng.randrange(20, 120), T0 + batch * span_ms, span_ms)
-            picked = [rng.choice(live) for _ in range(table.num_rows)]
-            for i, name in enumerate(KEYS):
-                table = table.set_column(table.schema.get_field_index(name), name,
-                                         pa.array([k[i] for k in picked]))
-            out.append((producer, table))
+            out.append((producer, with_keys(table, [rng.choice(live)
+                                                    for _ in range(table.num_rows)])))
     return out
 
 

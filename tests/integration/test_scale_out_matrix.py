@@ -11,10 +11,12 @@ Each cell: what a subscriber holds after applying every committed revision equal
 over every (row, window) not sent to the late topic; one final row per (window, keys);
 every part of every window ended; no duplicate, nothing lost; every exit clean.
 
-Session windows are cells of their own (aggregates that merge, late: topic): partial
-sessions of every key come from every partition and instance, and some rows come far
-behind (late) or just behind (merged); what a subscriber assembles from each part's
-frontier-marked batches equals DuckDB's sort-and-scan over the rows not sent late.
+Session windows are cells of their own (aggregates that merge, late: topic; the holistic
+plan with late: topic and late: revise): partial sessions of every key come from every
+partition and instance, and some rows come far behind (late) or just behind (merged),
+and, under late: revise, behind sessions that went out (they revise them); what a
+subscriber holds from each part's frontier-marked batches, every revision applied,
+equals DuckDB's sort-and-scan over the rows not sent late.
 """
 
 from __future__ import annotations
@@ -53,7 +55,14 @@ from tests.integration.instances import (
     session_frontiers,
     wait_all_windows,
 )
-from tests.integration.session_data import SUMS, session_input, session_reference
+from tests.integration.session_data import (
+    ALL_KEYS,
+    SUMS,
+    keys_pausing_after,
+    session_input,
+    session_reference,
+    with_keys,
+)
 from wire.input import decode_ipc_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -252,14 +261,17 @@ SESSION_PLANS = {
     "merging": (SESSION_SECTIONS, SESSION_AGGREGATES),
     "holistic": ({**SESSION_SECTIONS, "aggregation": AGGREGATION}, HOLISTIC_SESSION_AGGREGATES),
 }
-FAR_BACK_MS = 6 * SIZE_MS  # beyond allowed lateness and the gap: late
+FAR_BACK_MS = 6 * SIZE_MS  # beyond allowed lateness, the gap, revision lateness: late
 NEAR_BACK_MS = SIZE_MS // 2  # within allowed lateness: merged
+MID_BACK_MS = 2 * SIZE_MS  # beyond allowed lateness, within revision lateness: revises
 
 
-def session_cell_input(rng: random.Random) -> tuple[list[tuple[int, pa.Table]], set[int]]:
+def session_cell_input(rng: random.Random, *, revise: bool,
+                       ) -> tuple[list[tuple[int, pa.Table]], set[int]]:
     """Workers write their partitions in event-time order, every key in every partition,
     keys pausing longer than the gap now and then (tests/integration/session_data.py);
-    every 10th step one also sends rows far behind (late) or just behind (not late).
+    every 10th step one also sends rows far behind (late) or just behind (not late), and
+    with ``revise`` (every 5th step) rows behind sessions that went out, to revise them.
     Returns the batches and the row_ids sent far behind."""
     batches, far, next_id = [], set(), 0
     steps = session_input(SESSION_STEPS, WORKERS, STEP_MS)
@@ -267,6 +279,15 @@ def session_cell_input(rng: random.Random) -> tuple[list[tuple[int, pa.Table]], 
         batches.append((worker % INPUT_PARTITIONS, numbered(table, next_id)))
         next_id += table.num_rows
         step = index // WORKERS
+        if revise and worker == 0 and step >= 40 and step % 10 == 5:
+            # Keys whose session ended in that block (they pause in the next): it went out.
+            at = step * STEP_MS - MID_BACK_MS
+            ending = keys_pausing_after(at // STEP_MS // 4) or ALL_KEYS
+            behind = sensor_table(rng, 10, T0 + at, STEP_MS)
+            behind = numbered(with_keys(behind, [rng.choice(ending) for _ in range(10)]),
+                              next_id)
+            next_id += behind.num_rows
+            batches.append((rng.randrange(INPUT_PARTITIONS), behind))
         if worker == 0 and step >= 40 and step % 10 == 0:
             back = rng.choice([FAR_BACK_MS, NEAR_BACK_MS])
             behind = numbered(sensor_table(rng, 10, T0 + step * STEP_MS - back, STEP_MS),
@@ -278,15 +299,20 @@ def session_cell_input(rng: random.Random) -> tuple[list[tuple[int, pa.Table]], 
     return batches, far
 
 
-@pytest.mark.parametrize("aggregation", list(SESSION_PLANS))
+@pytest.mark.parametrize(("aggregation", "late"), [("merging", "topic"),
+                                                   ("holistic", "topic"),
+                                                   ("holistic", "revise")])
 def test_session_windows_scale_out_exactly(
     bootstrap: str, topic_factory: TopicFactory, tmp_path: Path, aggregation: str,
+    late: str,
 ) -> None:
-    """``holistic``: median, quantile, n_unique and an expression, over the values stage 1
-    sends with its partial sessions."""
+    """``holistic``: median, quantile, n_unique and an expression (with counts and means
+    that merge), over the values stage 1 sends with its partial sessions. ``revise``: rows
+    behind sessions that went out revise them; a subscriber applies every revision."""
     sections, aggregates = SESSION_PLANS[aggregation]
+    sections = {**sections, "window": {**sections["window"], **LATE[late]}}
     topics = make_topics(topic_factory)
-    data, far = session_cell_input(random.Random(35))
+    data, far = session_cell_input(random.Random(35), revise=late == "revise")
     rows = pa.concat_tables([t for _, t in data])
     last_end = int(pl.DataFrame(rows).select(pl.col("ts").dt.epoch("ms").max()).item()) + GAP_MS
     instances = Instances(tmp_path, bootstrap, topics, sections=sections)
@@ -303,30 +329,50 @@ def test_session_windows_scale_out_exactly(
         instances.stop_all()
     finally:
         instances.kill_all()
-    late = late_pairs(bootstrap, topics["late"])
-    late_ids = set(late.get_column("row_id").to_list())
-    wholes = list(read_output(bootstrap, topics["output"], idle_timeout_s=3.0, complete=True))
-    got = pl.concat([w.frame for w in wholes]).with_columns(
-        pl.col("window_start", "window_end").dt.epoch("ms"), pl.col(KEYS).cast(pl.String))
+    late_rows = late_pairs(bootstrap, topics["late"])
+    late_ids = set(late_rows.get_column("row_id").to_list())
+    got, updates = held_sessions(bootstrap, topics["output"])
     kept = rows.filter(pa.array([i not in late_ids for i in rows.column("row_id").to_pylist()]))
     expected = session_reference([kept], GAP_MS, aggregates)
     session_keys = ["window_start", *KEYS]
     figures = {
-        "cell": f"session/topic/{aggregation}", "input_rows": rows.num_rows,
-        "sessions": expected.height,
+        "cell": f"session/{late}/{aggregation}", "input_rows": rows.num_rows,
+        "sessions": expected.height, "update_rows": updates,
         "output_rows": got.height, "late_rows": len(late_ids), "far_behind_rows": len(far),
         "duplicates": got.group_by(session_keys).len().filter(pl.col("len") > 1).height,
         "lost": expected.join(got, on=session_keys, how="anti").height,
         "exit_codes": instances.exits, "seconds": round(time.monotonic() - started, 1),
         **churned,
     }
-    write_figures(f"scale_out_matrix_session_topic_{aggregation}", figures)
+    write_figures(f"scale_out_matrix_session_{late}_{aggregation}", figures)
     assert late_ids == far, "exactly the rows far behind are late, each once"
-    assert late.height == len(far)
+    assert late_rows.height == len(far)
     assert figures["duplicates"] == 0
+    assert (updates > 0) == (late == "revise"), "revisions, and only under late: revise"
     assert int(got.get_column("row_count").sum()) + len(late_ids) == rows.num_rows
     assert churned["elder_exit"] == 1
     assert "fenced" in churned["elder_line"]
     assert all(code in (0, -signal.SIGKILL) for code in instances.exits)
     assert_frame_equal(got.select(expected.columns).sort(session_keys), expected.sort(
         session_keys), check_exact=False, rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)
+
+
+def held_sessions(bootstrap: str, topic: str) -> tuple[pl.DataFrame, int]:
+    """What a subscriber holds once it applied every whole batch of every part in order
+    (read_output(complete=True) says which held rows each revision replaced), with
+    epoch-ms bounds; and how many rows replaced emitted sessions."""
+    held: pl.DataFrame | None = None
+    on = ["window_start", *KEYS]
+    updates = 0
+    for whole in read_output(bootstrap, topic, idle_timeout_s=3.0, complete=True):
+        assert whole.replaced is not None
+        if held is not None and whole.replaced.height:
+            held = held.join(whole.replaced.select(on), on=on, how="anti", nulls_equal=True)
+        if "replaces" in whole.frame.columns:
+            updates += whole.frame.filter(pl.col("replaces").list.len() > 0).height
+        held = whole.frame if held is None else pl.concat([held, whole.frame],
+                                                          how="diagonal_relaxed")
+    assert held is not None
+    return held.drop("revision", "replaces", strict=False).with_columns(
+        pl.col("window_start", "window_end").dt.epoch("ms"), pl.col(KEYS).cast(pl.String),
+    ), updates

@@ -19,6 +19,15 @@ watermark (the largest event time of the partition's earlier messages less
 frontier reported to stage 2 is the watermark less ``gap_ms``: every row not late, and
 every one still to come, starts at or after it, so no partial session stage 1 sends later
 can reach a session ending there.
+
+**With ``window.late: revise``** (``revise_within_ms``) a late row no earlier than the
+watermark less ``revision_lateness_ms`` is not late after all: it is taken like any other
+and goes out in a partial session, which may start before the frontier (stage 2 takes such
+a partial as late: it may revise sessions it has emitted). Only rows further behind go to
+the late topic from here. The bound is decided here, on the row's time as on one instance
+(consumer/core/windows/session/revise.py), because only here is it the same on a replay;
+stage 2 can still find a late partial beyond its own bound (an input partition that was
+idle, behind the floor) and decides that one itself.
 """
 
 from __future__ import annotations
@@ -70,7 +79,9 @@ class SessionRunsEngine:
 
     def __init__(self, plan: AggregationPlan, spec: SessionSpec, *, event_time: bool,
                  time_dtype: pl.DataType | None, allowed_lateness_ms: int,
-                 idle_timeout_ms: int, send_every_ms: int) -> None:
+                 idle_timeout_ms: int, send_every_ms: int,
+                 revise_within_ms: int | None = None) -> None:
+        """``revise_within_ms``: ``window.revision_lateness_ms`` under ``late: revise``."""
         if event_time and (plan.time_column is None or time_dtype is None):
             raise ValueError("event-time sessions need the plan's time column and its dtype")
         self._spec = spec
@@ -84,6 +95,7 @@ class SessionRunsEngine:
         buffer = ValueBuffer.for_plan(plan, (SID,))
         self._values = None if buffer is None else SessionValues(buffer)
         self._lateness_ms = allowed_lateness_ms
+        self._revise_within_ms = revise_within_ms
         self._send_every_ms = send_every_ms
         self._last_sent_ms: int | None = None
         self._held: dict[PartitionKey, SessionSet] = {}
@@ -163,7 +175,10 @@ class SessionRunsEngine:
         rows = self._clock.rows(frame, refs, firsts, [None] * len(refs))
         counts = [r.rows for r in refs]
         own_end = self._spec.end(pl.col(EVENT_MS), self._spec.bucket(pl.col(EVENT_MS)))
-        late = own_end <= per_message(_LATE_BEFORE, counts, late_before)
+        watermark = per_message(_LATE_BEFORE, counts, late_before)
+        late = own_end <= watermark
+        if self._revise_within_ms is not None:
+            late &= pl.col(EVENT_MS) < watermark - self._revise_within_ms
         flagged = rows.with_columns(late.alias(_LATE_BEFORE))
         taken = flagged.filter(~pl.col(_LATE_BEFORE)).drop(_LATE_BEFORE)
         self._take(taken, refs, seq)
@@ -273,7 +288,8 @@ class SessionRunsEngine:
         return points
 
     def _frontier(self, max_ms: int | None) -> int | None:
-        """Every row of the partition not late, sent or to come, starts at or after it."""
+        """Every row of the partition not late, sent or to come, starts at or after it
+        (but for the late rows ``revise_within_ms`` takes)."""
         return None if max_ms is None else max_ms - self._lateness_ms - self._spec.gap_ms
 
     def frontiers(self, now_ms: int) -> dict[PartitionKey, tuple[int | None, bool]]:

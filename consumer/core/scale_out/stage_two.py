@@ -67,6 +67,9 @@ class StageTwo:
         self._sessions = sessions
         self._engines: dict[PartitionKey, MergeEngine | SessionMergeEngine] = {}
         self._pending: list[OutputRecord] = []
+        # A session part's output while it cannot commit (a reopened session waits):
+        # sent with its offsets, never before them.
+        self._held: dict[PartitionKey, list[OutputRecord]] = {}
 
     # -- partitions ----------------------------------------------------------------------
 
@@ -75,7 +78,8 @@ class StageTwo:
         if self._sessions is not None:
             self._engines[partition] = SessionMergeEngine(
                 partition, self._inputs, self._sessions, committed=committed,
-                metadata=metadata, provisional=self._emit_every_ms is not None)
+                metadata=metadata, provisional=self._emit_every_ms is not None,
+                revise_within_ms=self._revise_within_ms)
             return
         self._engines[partition] = MergeEngine(partition, self._inputs, committed=committed,
                                                metadata=metadata,
@@ -85,11 +89,13 @@ class StageTwo:
 
     def revoke(self, partition: PartitionKey) -> None:
         self._engines.pop(partition, None)
+        self._held.pop(partition, None)
 
     def restart(self, committed: Mapping[PartitionKey, tuple[int | None, CommitMetadata | None]],
                 ) -> dict[PartitionKey, int | None]:
         """Forget every partition's state; start again from ``committed``."""
         self._pending.clear()
+        self._held.clear()
         self._engines.clear()
         for partition, (offset, metadata) in committed.items():
             self.assign(partition, offset, metadata)
@@ -127,10 +133,12 @@ class StageTwo:
         windows: list[ClosedWindow] = []
         over = self._over_budget()
         provisional = self._provisional_due(now_ms)
-        for _, engine in sorted(self._engines.items()):
+        for partition, engine in sorted(self._engines.items()):
             if isinstance(engine, SessionMergeEngine):
-                self._pending += self._session_records(engine, windows,
-                                                       provisional=provisional)
+                held = self._held.setdefault(partition, [])
+                held += self._session_records(engine, windows, provisional=provisional)
+                if not engine.reopened():
+                    self._pending += self._held.pop(partition)
                 continue
             # Revisions first: their partials came before this close, which may end
             # their windows' retention.
@@ -217,10 +225,12 @@ class StageTwo:
         # After the close: a session closing now goes out once, final.
         messages += [m for window in (engine.provisional() if provisional else [])
                      for m in self._session_messages(engine, window, None)]
-        # A provisional session is superseded by a later row covering its start, which
-        # may be in another message under another key: with early results, one output
-        # partition keeps the order they must be applied in (as on one instance).
-        partition = 0 if self._emit_every_ms is not None else None
+        # A provisional session is superseded by a later row covering its start, and a
+        # revision replaces emitted sessions (late: revise), which may be in another
+        # message under another key: then one output partition keeps the order they must
+        # be applied in (as on one instance).
+        in_order = self._emit_every_ms is not None or self._revise_within_ms is not None
+        partition = 0 if in_order else None
         return [*records, *(OutputRecord(routes.output_topic, m.key, m.value, m.headers,
                                          partition) for m in messages)]
 

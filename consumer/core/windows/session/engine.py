@@ -191,7 +191,7 @@ class SessionWindowEngine:
             replayed = per_message("replayed", [r.rows for r in refs],
                                    [int(self._replayed(r)) for r in refs]).cast(pl.Boolean)
             self._replay.take(rows, replayed, refs, seq, self._frontier_max())
-            self._late.take_matched(self._replay)
+            self._late.take_matched(self._replay.matched)
             if not self._replay_over(now_ms):
                 return None
             self._end_replay(now_ms)

@@ -26,7 +26,6 @@ from consumer.core.windows.session.closing import (
     emptied_at_risk,
     listing,
 )
-from consumer.core.windows.session.replay import SessionReplay
 from consumer.core.windows.session.session_set import SessionSet
 from consumer.core.windows.session.spans import (
     END,
@@ -46,7 +45,7 @@ class LatePolicy(Protocol):
 
     def take(self, rows: pl.DataFrame, columns: list[str], seq: int,
              frontier: int | None) -> pl.DataFrame | None: ...
-    def take_matched(self, replay: SessionReplay) -> None: ...
+    def take_matched(self, matched: list[tuple[pl.DataFrame, int]]) -> None: ...
     def closed(self, sessions: pl.DataFrame) -> None:
         """``sessions`` (taken out of the open ones) went out, final."""
 
@@ -134,14 +133,15 @@ class LateRows:
         near = reopening.filter(pl.col(EVENT_MS) + self._spec.gap_ms > pl.col(CT_END))
         self._listed.add(near.select(*self._keys, CT_END), seq)
 
-    def take_matched(self, replay: SessionReplay) -> None:
-        """Listed keys met in the replay stay listed, and closed through their time."""
-        for table, seq in replay.matched:
+    def take_matched(self, matched: list[tuple[pl.DataFrame, int]]) -> None:
+        """Listed keys met in the replay (emptied here) stay listed, and closed through
+        their time."""
+        for table, seq in matched:
             self._listed.add(table, seq)
             self._closed.record(table.select(
                 *self._keys, pl.col(CT_END).alias(FIRST), pl.col(CT_END).alias(END),
                 pl.lit(seq, pl.Int64).alias(LAST_SEQ)))
-        replay.matched.clear()
+        matched.clear()
 
     def listing(self, min_seq: int | None, closed_through: int | None,
                 restored: dict[int, int], *,

@@ -33,6 +33,7 @@ from consumer.core.windows.session.output import SessionOutput
 from consumer.core.windows.session.session_set import SessionSet
 from consumer.core.windows.session.spans import (
     EARLY_REVISIONS,
+    END,
     FIRST,
     KEPT,
     LAST_SEQ,
@@ -55,17 +56,20 @@ class ProvisionalSessions:
     def revisions_through(self) -> int | None:
         return self._through if self._enabled else None
 
-    def emit(self, pool: SessionSet, output: SessionOutput,
-             next_seq: int) -> list[ClosedWindow]:
+    def emit(self, pool: SessionSet, output: SessionOutput, next_seq: int,
+             closed_through: int | None = None) -> list[ClosedWindow]:
         """The provisional revisions of ``pool``'s open sessions that changed since the
         last call (``next_seq``: the number the next poll gets), each taking its
         session's next number. Not those an early revision emptied: their state holds
-        part of their rows, and their deltas say the rest."""
+        part of their rows, and their deltas say the rest; nor those ending at or before
+        ``closed_through``, which go out final next (a late partial reopened them)."""
         since, self._since_seq = self._since_seq, next_seq
         sessions = pool.frame()
         if not self._enabled or sessions is None:
             return []
-        due = sessions.filter(~pl.col(KEPT) & (pl.col(ROWS) > 0)
+        closing = pl.lit(value=False) if closed_through is None else (
+            pl.col(END) <= closed_through)
+        due = sessions.filter(~pl.col(KEPT) & (pl.col(ROWS) > 0) & ~closing
                               & (pl.col(EARLY_REVISIONS) == 0) & (pl.col(LAST_SEQ) >= since))
         if due.height == 0:
             return []

@@ -35,7 +35,6 @@ from consumer.core.windows.session.closing import (
     key_hashes,
     rows_of,
 )
-from consumer.core.windows.session.replay import SessionReplay
 from consumer.core.windows.session.session_set import SessionSet
 from consumer.core.windows.session.spans import (
     BUCKET,
@@ -94,6 +93,19 @@ class RevisingRows:
             return None
         self._list(late, forgot, seq)
         return _late_frame(late, self._keys, self._spec, columns)
+
+    def take_sessions(self, sessions: pl.DataFrame, seq: int) -> pl.DataFrame:
+        """Sessions (``SessionSet`` rows: stage 2 of the scale-out's partial sessions, each
+        apart from the others) judged as rows at their first row's time, which is what
+        a replay splits them by; the others merged into the pool. Returns the late ones.
+        A late session's keys are listed by its last row's time: its reach."""
+        taken, late, forgot = self._judge(sessions.with_columns(pl.col(FIRST).alias(EVENT_MS)))
+        if taken.height:
+            self._pool.add(self._pool.merge_in(taken.drop(EVENT_MS)))
+        if late.height == 0:
+            return late.drop(EVENT_MS)
+        self._list(late.with_columns(pl.col(LAST).alias(EVENT_MS)), forgot, seq)
+        return late.drop(EVENT_MS)
 
     def _judge(self, rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
         """(rows taken, late rows, keys whose kept sessions their late rows forgot, with
@@ -175,13 +187,14 @@ class RevisingRows:
             _FORGOT).is_not_null()
         self._listed.add(marked.filter(near).select(*self._keys, CT_END), seq)
 
-    def take_matched(self, replay: SessionReplay) -> None:
-        """Listed keys met in a replay stay listed; their rows before the listed time
-        were dropped, so sessions there are forgotten."""
-        for table, seq in replay.matched:
+    def take_matched(self, matched: list[tuple[pl.DataFrame, int]]) -> None:
+        """Listed keys met in a replay (keys and ``CT_END``, per poll; emptied here) stay
+        listed; their rows before the listed time were dropped, so sessions there are
+        forgotten."""
+        for table, seq in matched:
             self._listed.add(table, seq)
             self._forget(table.select(*self._keys, pl.col(CT_END).alias(END)))
-        replay.matched.clear()
+        matched.clear()
 
     # -- sessions out ------------------------------------------------------------------
 

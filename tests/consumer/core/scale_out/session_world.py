@@ -34,33 +34,44 @@ REPARTITIONS = 2
 Committed = dict[PartitionKey, tuple[int | None, CommitMetadata | None]]
 
 
-def generated(rng: random.Random, messages: int) -> dict[PartitionKey, list[list[Row]]]:
+def generated(rng: random.Random, messages: int, *, pauses: bool = False,
+              ) -> dict[PartitionKey, list[list[Row]]]:
     """Per input partition, messages of rows nearly in time order (every key in every
-    partition), and now and then a row far behind (late) or just behind (not late)."""
+    partition), and now and then a row far behind (late) or just behind (not late).
+    ``pauses``: every sixth message comes after a pause longer than the gap, so sessions
+    close while rows of them may still come (late: revise)."""
     out: dict[PartitionKey, list[list[Row]]] = {}
     for partition in INPUTS:
         log = []
         for m in range(messages):
-            base = m * 45 + rng.randrange(0, 30)
+            base = m * 45 + (m // 6 * 250 if pauses else 0) + rng.randrange(0, 30)
             rows: list[Row] = [(rng.choice("vwxyz"), base + rng.randrange(0, 60),
                                 rng.randrange(-8, 9) / 4, rng.randrange(0, 5),
                                 rng.randrange(0, 64) / 8) for _ in range(rng.randrange(1, 6))]
             if rng.random() < 0.15:
                 back = rng.choice([40, 120, 400])
                 rows.append((rng.choice("vwxyz"), max(0, base - back), 1.0, 1, 0.5))
+            if pauses and m % 6 in (1, 2) and rng.random() < 0.5:  # into the sessions
+                back = rng.choice([260, 290, 320])  # the pause may have closed
+                rows.append((rng.choice("vwxyz"), max(0, base - back), 2.0, 2, 1.5))
             log.append(rows)
         out[partition] = log
     return out
 
 
-def late_by_rule(inputs: dict[PartitionKey, list[list[Row]]]) -> list[Row]:
+def late_by_rule(inputs: dict[PartitionKey, list[list[Row]]],
+                 revise_within_ms: int | None = None) -> list[Row]:
     """A row is late when its own session (row + gap) ends at or before its partition's
-    largest earlier time less the allowed lateness."""
+    largest earlier time less the allowed lateness (the watermark), and, with
+    ``revise_within_ms`` (late: revise), it is more than that before the watermark."""
     late = []
     for log in inputs.values():
         seen: int | None = None
         for rows in log:
-            late += [r for r in rows if seen is not None and r[1] + GAP_MS <= seen - LATENESS_MS]
+            if seen is not None:
+                watermark = seen - LATENESS_MS
+                late += [r for r in rows if r[1] + GAP_MS <= watermark and (
+                    revise_within_ms is None or r[1] < watermark - revise_within_ms)]
             top = max(r[1] for r in rows)
             seen = top if seen is None else max(seen, top)
     return late
@@ -76,11 +87,13 @@ class Instance:
     committed: Committed = field(default_factory=dict)
     next: dict[PartitionKey, int] = field(default_factory=dict)
     plan: AggregationPlan = EVENT_PLAN
+    revise_within_ms: int | None = None  # late: revise
 
     def start(self, now_ms: int) -> None:
         self.engine = SessionRunsEngine(self.plan, SessionSpec(GAP_MS), event_time=True,
                                         time_dtype=UTC_MS, allowed_lateness_ms=LATENESS_MS,
-                                        idle_timeout_ms=IDLE_MS, send_every_ms=0)
+                                        idle_timeout_ms=IDLE_MS, send_every_ms=0,
+                                        revise_within_ms=self.revise_within_ms)
         for partition in self.partitions:
             offset, metadata = self.committed.get(partition, (None, None))
             self.engine.assign(partition, offset, metadata, now_ms)
@@ -99,11 +112,15 @@ class World:
     two_next: dict[int, int] = field(default_factory=dict)
     emit_every_ms: int | None = None  # stage 2's early results
     plan: AggregationPlan = EVENT_PLAN
+    revise_within_ms: int | None = None  # late: revise, in both stages
 
     def start_two(self) -> None:
-        self.stage_two = StageTwo(OutputSpec("out", "g", late_topic="late"),
+        revise = self.revise_within_ms is not None
+        self.stage_two = StageTwo(OutputSpec("out", "g", late_topic="late",
+                                             revision_column=revise),
                                   partitions=REPARTITIONS, inputs=set(INPUTS), merge_every=4,
                                   counters=Counters(), emit_every_ms=self.emit_every_ms,
+                                  revise_within_ms=self.revise_within_ms,
                                   sessions=SessionSpec(GAP_MS))
         for k in range(REPARTITIONS):
             offset, metadata = self.two_committed.get(("rep", k), (None, None))
@@ -169,14 +186,17 @@ def subscribed(records: Sequence[OutputRecord], columns: Sequence[str] = COLUMNS
 
 
 def run(seed: int, *, crashes: bool, emit_every_ms: int | None = None,
-        plan: AggregationPlan = EVENT_PLAN, max_message_bytes: int = 1_000_000) -> World:
-    """``max_message_bytes``: small, and stage 1's partials and values come in pieces."""
+        plan: AggregationPlan = EVENT_PLAN, max_message_bytes: int = 1_000_000,
+        revise_within_ms: int | None = None, pauses: bool = False) -> World:
+    """``max_message_bytes``: small, and stage 1's partials and values come in pieces;
+    ``revise_within_ms``: late: revise, in both stages; ``pauses``: see ``generated``."""
     rng = random.Random(seed)
-    world = World(generated(rng, 30), emit_every_ms=emit_every_ms, plan=plan)
+    world = World(generated(rng, 30, pauses=pauses), emit_every_ms=emit_every_ms, plan=plan,
+                  revise_within_ms=revise_within_ms)
     instances = [Instance(partitions, PartialEmitter("rep", REPARTITIONS, writer=name,
                                                      compression="zstd",
                                                      max_message_bytes=max_message_bytes),
-                          plan=plan)
+                          plan=plan, revise_within_ms=revise_within_ms)
                  for name, partitions in OWNERS.items()]
     for instance in instances:
         instance.start(0)

@@ -54,13 +54,16 @@ class SessionTable:
     def __init__(self, *, max_held: int = MAX_HELD_SESSIONS) -> None:
         self._held: pl.DataFrame | None = None
         self._max_held = max_held
-        self._partial: dict[tuple[int, int, str], _Message] = {}
+        self._partial: dict[tuple[int, int, int, str], _Message] = {}
 
     def add(self, message: OutputWindow) -> OutputWindow | None:
         """Take one decoded message of session output; once all chunks of its revision
         are in, apply it and return it whole, with ``replaced``: the held rows it
         replaced (and the earlier rows of sessions it gives whole again)."""
-        at = (message.start_ms, message.revision, message.kind)
+        # Two parts (scale-out) may send messages alike but for their part, in chunks
+        # that arrive interleaved (provisional ones: no frontier batch holds them).
+        part = 0 if message.part is None else message.part[0]
+        at = (part, message.start_ms, message.revision, message.kind)
         collected = self._partial.setdefault(at, _Message())
         collected.chunks[message.chunk[0]] = message
         if len(collected.chunks) < message.chunk[1]:

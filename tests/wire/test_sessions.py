@@ -93,6 +93,29 @@ def test_chunks_are_applied_once_all_are_in_and_a_repeat_is_skipped() -> None:
     assert len(held(table)) == 200
 
 
+def test_chunks_of_two_parts_messages_with_the_same_start_do_not_mix() -> None:
+    """Two parts (scale-out) may each send a message starting at the same time, with the
+    same revision and kind, in chunks that arrive interleaved: each is its own."""
+    table = SessionTable()
+    parts = []
+    for k, keys in ((1, "a"), (2, "b")):
+        rows: list[tuple[str, int, int, int, list[int]]] = [
+            (f"{keys}{i}", i * 1000, i * 1000 + 100, k, []) for i in range(100)]
+        pieces = decoded(sessions(*rows), revision=0, max_bytes=1_500)
+        parts.append([dataclasses.replace(p, part=(k, 2)) for p in pieces])
+    assert min(len(p) for p in parts) > 1
+    paired = min(len(p) for p in parts)
+    interleaved = [piece for pair in zip(*parts, strict=False) for piece in pair]
+    interleaved += parts[0][paired:] + parts[1][paired:]
+    wholes = [w for w in (table.add(m) for m in interleaved) if w is not None]
+    assert len(wholes) == 2
+    for whole in wholes:
+        counts = whole.frame.get_column("row_count").to_list()
+        assert whole.part is not None
+        assert counts == [whole.part[0]] * 100, "a part's own rows, all of them"
+    assert len(held(table)) == 200
+
+
 def test_deltas_of_one_session_are_held_as_rows_to_add() -> None:
     table = SessionTable()
     for revision in (0, 1):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from bench.process_rss import RssSampler, group_rss_kb
@@ -29,6 +30,27 @@ def _vm_rss_kb(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
+def _group_pids(group: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) == group:
+                    pids.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return pids
+
+
+def _exited(pid: int) -> bool:
+    """Dead: gone, or a zombie (its memory freed; init reaps it in its own time)."""
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                in ("Z", "X"))
+    except OSError:
+        return True
+
+
 def test_the_whole_group_counts_and_nothing_else() -> None:
     process = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE,
                                text=True, start_new_session=True)
@@ -46,9 +68,17 @@ def test_the_whole_group_counts_and_nothing_else() -> None:
         samples = sampler.stop()
         assert samples
         assert all(kb >= leader for _, kb in samples)
+        members = _group_pids(process.pid)
+        assert len(members) == 2  # the leader and its child
     finally:
         os.killpg(process.pid, 9)
         process.wait()
         if process.stdout is not None:
             process.stdout.close()
+    # The child is not ours to wait for: a killed process keeps its memory until it has
+    # exited, which on a busy machine can be after its group leader is reaped.
+    deadline = time.monotonic() + 30
+    while not all(_exited(pid) for pid in members) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(_exited(pid) for pid in members)
     assert group_rss_kb(process.pid) == 0

@@ -326,6 +326,13 @@ def test_session_windows_scale_out_exactly(
         wait_until(lambda: (t := session_frontiers(bootstrap, topics["output"])) and len(t)
                    == REPARTITIONS and min(t.values()) >= last_end,
                    timeout_s=120, what="every part's frontier past the last session")
+        if late == "revise":  # the stream over, rows behind sessions kept for revisions
+            behind = after_the_end(rows, max(rows.column("row_id").to_pylist()) + 1)
+            publisher.publish(0, behind)
+            publisher.flush()
+            rows = pa.concat_tables([rows, behind])
+            wait_until(lambda: held_sessions(bootstrap, topics["output"])[1] > 0,
+                       timeout_s=60, what="the update the rows behind make")
         instances.stop_all()
     finally:
         instances.kill_all()
@@ -355,6 +362,18 @@ def test_session_windows_scale_out_exactly(
     assert all(code in (0, -signal.SIGKILL) for code in instances.exits)
     assert_frame_equal(got.select(expected.columns).sort(session_keys), expected.sort(
         session_keys), check_exact=False, rel_tol=1e-9, abs_tol=1e-9, check_dtypes=False)
+
+
+def after_the_end(rows: pa.Table, first_id: int) -> pa.Table:
+    """Rows 800 ms behind the last, of keys whose session ended there: within the
+    revision lateness of every watermark, and of sessions that went out (kept)."""
+    last = int(pl.DataFrame(rows).select(pl.col("ts").dt.epoch("ms").max()).item()) - T0
+    at = last - MID_BACK_MS
+    ending = keys_pausing_after(at // STEP_MS // 4) or ALL_KEYS
+    rng = random.Random(36)
+    table = with_keys(sensor_table(rng, 10, T0 + at, STEP_MS),
+                      [rng.choice(ending) for _ in range(10)])
+    return numbered(table, first_id)
 
 
 def held_sessions(bootstrap: str, topic: str) -> tuple[pl.DataFrame, int]:

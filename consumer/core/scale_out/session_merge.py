@@ -28,7 +28,7 @@ session judged as a row at its first row's time. Stage 1 takes a late row within
 start before emitted-through: an emitted session is *kept* (``KEPT``, with its state and
 values) until the floor less ``revision_lateness_ms`` (*kept-after*) passes its end, a
 partial reaching it merges into it, and the merged session goes out as an ``update``
-naming the sessions it ``replaces``, in the next frontier batch (the floor's next move:
+naming the sessions it ``replaces``, in the next frontier batch (at the next flush:
 until then the part neither commits nor sends, or a replay would take the reopened session
 for an emitted one). A partial from a partition that is not idle always starts at or
 after kept-after (stage 1's frontier is of rows sent, so behind a late row it took); one
@@ -292,11 +292,16 @@ class SessionMergeEngine:
 
     def close_due(self) -> tuple[list[ClosedWindow], int] | None:
         """The sessions the floor has passed, and the new emitted-through (None: it did
-        not move)."""
+        not move). A session a late partial reopened goes out now even if the floor
+        stands still (the stream may have ended): emitted-through then moves on by 1 ms,
+        which is as true (a partial reaching a session that ends there revises it)."""
         if self.replaying():
             return None
         self._end_replay()
         floor = self._reports.floor()
+        if self.reopened():
+            assert self._emitted_through is not None  # noqa: S101 - reopened() says so
+            floor = max(floor or self._emitted_through, self._emitted_through + 1)
         if floor is None or (self._emitted_through is not None
                              and floor <= self._emitted_through):
             return None
@@ -335,9 +340,8 @@ class SessionMergeEngine:
         return () if self._aggregator is None else self._aggregator.plan.keys
 
     def commit_point(self) -> CommitPoint | None:
-        """None while a session a late partial reopened waits to go out (the floor has
-        not moved since): a replay would take it for an emitted one, and its update would
-        be lost; the stage holds this part's output meanwhile."""
+        """None while a session a late partial reopened waits to go out (till the next
+        close_due): a replay would take it for an emitted one and lose its update."""
         if self._next is None or self.reopened():
             return None
         offset = self._offset()
@@ -361,7 +365,7 @@ class SessionMergeEngine:
         return min([self._next or 0, *(seq for seq in seqs if seq is not None)])
 
     def reopened(self) -> bool:
-        """Whether a session a late partial reopened waits for the floor to go out."""
+        """Whether a session a late partial reopened waits to go out."""
         frame = None if self._sessions is None else self._sessions.frame()
         if frame is None or self._emitted_through is None or self._revising is None:
             return False

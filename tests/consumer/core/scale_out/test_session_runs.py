@@ -179,3 +179,38 @@ def test_a_late_partial_a_replay_meets_again_stays_out_of_the_kept_session() -> 
 
 def _late(world: World) -> list[OutputRecord]:
     return [r for r in world.output if r.topic == "late"]
+
+
+def test_a_revision_goes_out_at_once_after_the_stream_has_ended() -> None:
+    """Every partition idle and every session out: a late row within the bound then
+    reopens a kept session, and the floor will not move again (the frontier an idle
+    partition reported stands). The update goes out at the next flush all the same."""
+    engine = SessionRunsEngine(EVENT_PLAN, SessionSpec(GAP_MS), event_time=True,
+                               time_dtype=UTC_MS, allowed_lateness_ms=0,
+                               idle_timeout_ms=IDLE_MS, send_every_ms=0,
+                               revise_within_ms=REVISE_WITHIN_MS)
+    emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
+                             max_message_bytes=1_000_000)
+    for partition in INPUTS:
+        engine.assign(partition, None, None, 0)
+    world = World({p: [] for p in INPUTS}, revise_within_ms=REVISE_WITHIN_MS)
+    world.start_two()
+    world.repartition = {0: [], 1: []}
+    world.two_next = {0: 0, 1: 0}
+
+    def turn(now_ms: int, rows: list[Row] | None = None, offset: int = 0) -> None:
+        if rows is not None:
+            engine.add(frame(rows), [ref(INPUTS[0], offset, rows)], now_ms)
+        closed = engine.close_due(now_ms)
+        world.repartition[0] += [r for w in closed for r in emitter.window_records(w, EVENT_PLAN)]
+        world.repartition[0] += emitter.progress_records(engine.frontiers(now_ms), closed)
+        world.step_two(now_ms, crash=False)
+
+    turn(0, [("v", 1_250, 1.0, 1, 1.0), ("w", 1_400, 2.0, 1, 2.0)])
+    turn(2_000)  # all idle: floor 1500, every session out, v kept (kept-after 1200)
+    assert [w.kind for w in _revisions(world)] == ["full"]
+    turn(2_100, [("v", 1_300, 4.0, 1, 4.0)], offset=1)  # late, within the bound
+    revisions = _revisions(world)
+    assert [w.kind for w in revisions] == ["full", "update"]
+    got = held_sessions(revisions).filter(pl.col("k") == "v")
+    assert got.select("v_sum", "row_count").rows() == [(5.0, 2)]

@@ -99,6 +99,11 @@ class PartialAggregator:
         return self._group_by
 
     @property
+    def order_free(self) -> bool:
+        """Whether merged states are the same in any order of their parts (no first/last)."""
+        return self._order_free
+
+    @property
     def plan(self) -> AggregationPlan:
         return self._plan
 

@@ -164,22 +164,21 @@ class SessionSet:
         groups = members.get_column(_GROUP).unique().sort()
         base = self._sids.take(groups.len())
         new_sid = pl.col(_GROUP).rank("dense").cast(pl.Int64) - 1 + base
-        renamed = members.with_columns(new_sid.alias(_NEW_SID)).sort(SEQ, FIRST)
+        renamed = members.with_columns(new_sid.alias(_NEW_SID))
+        if not self._aggregator.order_free:  # first/last: the parts in arrival order
+            renamed = renamed.sort(SEQ, FIRST)
         if self._values is not None:
             self._values.relabel(renamed.get_column(SID), renamed.get_column(_NEW_SID))
         renamed = renamed.drop(SID).rename({_NEW_SID: SID})
         columns = self._aggregator.state_schema.names()
         with_rows = renamed.filter(pl.col(ROWS) > 0)
         state = self._aggregator.merge([with_rows.select(columns)], regroup=True)
-        replaced = pl.when(pl.col(KEPT)).then(pl.concat_list(REPLACES, FIRST)).otherwise(
-            pl.col(REPLACES))
-        meta = renamed.with_columns(replaced.alias(REPLACES)).group_by(SID).agg(
+        meta = renamed.with_columns(_replaced(renamed)).group_by(SID).agg(
             *(pl.col(k).first() for k in self._keys),
             pl.col(FIRST).min(), pl.col(LAST).max(), pl.col(BUCKET).first(),
             pl.col(SEQ).min(), pl.col(LAST_SEQ).max(), pl.col(EARLY_REVISIONS).max(),
             pl.col(FRONTIER).min(), pl.col(NEXT_REVISION).max(),
-            pl.col(REPLACES).list.explode(keep_nulls=False, empty_as_null=False)
-            .unique().sort(),
+            _replaces_merged(renamed),
         ).with_columns(self._spec.end(pl.col(LAST), pl.col(BUCKET)).alias(END),
                        pl.lit(value=False).alias(KEPT))
         if (renamed.get_column(EARLY_REVISIONS) > 0).any():
@@ -260,3 +259,21 @@ class SessionSet:
         """Forget every session (their values are the engine's to discard: the sets of
         one engine share them)."""
         self._open = None
+
+
+def _replaced(members: pl.DataFrame) -> pl.Expr:
+    """``REPLACES`` of each merging part, a kept session's own start added (late: revise)."""
+    if not members.get_column(KEPT).any():
+        return pl.col(REPLACES)
+    return pl.when(pl.col(KEPT)).then(pl.concat_list(REPLACES, FIRST)).otherwise(
+        pl.col(REPLACES))
+
+
+def _replaces_merged(members: pl.DataFrame) -> pl.Expr:
+    """The merged session's ``REPLACES``: every part's, once each, in order. The list
+    work is skipped when no part replaces anything (no kept session among them)."""
+    replacing = members.get_column(REPLACES).list.len().max()
+    if not members.get_column(KEPT).any() and not replacing:
+        return pl.lit([], pl.List(pl.Int64)).alias(REPLACES)
+    return pl.col(REPLACES).list.explode(keep_nulls=False, empty_as_null=False).unique().sort()
+

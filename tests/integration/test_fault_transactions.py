@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Sequence
 from itertools import pairwise
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -17,6 +18,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec
 from polars.testing import assert_frame_equal
 
 from consumer.compose import build_processor
+from consumer.config import Settings
 from consumer.core.types import OutputRecord
 from consumer.kafka.clients import InputConsumer, producer_config
 from consumer.kafka.sink import TransactionalSink
@@ -64,6 +66,19 @@ class DiesBeforeCommit(TransactionalSink):
         """A dead process closes nothing."""
 
 
+def _published(bootstrap: str, topic_factory: TopicFactory, *, batches_per_producer: int,
+               ) -> tuple[str, str, Settings, list[tuple[int, pa.Table]]]:
+    """An input topic of two partitions holding two producers' batches, an output topic,
+    and the settings of a daemon with tumbling windows between them."""
+    source, sink = topic_factory("in", partitions=2), topic_factory("out")
+    settings = daemon_settings(bootstrap, source, sink, window={
+        "kind": "tumbling", "time": "event", "timestamp_column": "ts", "size_ms": SIZE_MS,
+        "idle_timeout_ms": 1500})
+    data = make_input(batches_per_producer=batches_per_producer, producers=2, span_ms=30)
+    publish_tables(bootstrap, source, data)
+    return source, sink, settings, data
+
+
 def count_visible(bootstrap: str, topic: str, isolation: str) -> int:
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"v-{uuid.uuid4().hex}",
                        "auto.offset.reset": "earliest", "isolation.level": isolation})
@@ -93,12 +108,7 @@ def stable_equals_high_watermark(admin: AdminClient, topic: str, partitions: int
 def test_crash_between_produce_and_commit_is_invisible_and_leaves_no_hanging_transaction(
     bootstrap: str, topic_factory: TopicFactory, admin: AdminClient
 ) -> None:
-    source, sink = topic_factory("in", partitions=2), topic_factory("out")
-    settings = daemon_settings(bootstrap, source, sink, window={
-        "kind": "tumbling", "time": "event", "timestamp_column": "ts", "size_ms": SIZE_MS,
-        "idle_timeout_ms": 1500})
-    data = make_input(batches_per_producer=40, producers=2, span_ms=30)
-    publish_tables(bootstrap, source, data)
+    _, sink, settings, data = _published(bootstrap, topic_factory, batches_per_producer=40)
 
     dying = DiesBeforeCommit(producer_config(settings.kafka, settings.processing), sink)
     first = build_processor(settings, sink=dying)
@@ -156,12 +166,8 @@ def test_offsets_held_by_a_dead_instances_transaction_never_stall_the_new_owner(
     back from read_committed lookups, and librdkafka's ``committed`` waits out its whole
     timeout. The daemon taking its partitions over must keep polling and turning
     (``/healthz``) meanwhile, then read the offsets and aggregate everything once."""
-    source, sink = topic_factory("in", partitions=2), topic_factory("out")
-    settings = daemon_settings(bootstrap, source, sink, window={
-        "kind": "tumbling", "time": "event", "timestamp_column": "ts", "size_ms": SIZE_MS,
-        "idle_timeout_ms": 1500})
-    data = make_input(batches_per_producer=20, producers=2, span_ms=30)
-    publish_tables(bootstrap, source, data)
+    source, sink, settings, data = _published(bootstrap, topic_factory,
+                                              batches_per_producer=20)
     group = settings.kafka.group_id
     member = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                        "isolation.level": "read_committed", "enable.auto.commit": False,

@@ -173,6 +173,38 @@ class World:
         self.two_committed.update({p: (c.offset, c.metadata) for p, c in points.items()})
 
 
+class OneStageOne:
+    """One stage-1 engine owning every input partition and sending at every turn, into
+    repartition partition 0 of a world whose stage 2 steps after each turn, never
+    crashing (the hand-written scale-out session tests)."""
+
+    def __init__(self, *, revise_within_ms: int) -> None:
+        self.engine = SessionRunsEngine(EVENT_PLAN, SessionSpec(GAP_MS), event_time=True,
+                                        time_dtype=UTC_MS, allowed_lateness_ms=0,
+                                        idle_timeout_ms=IDLE_MS, send_every_ms=0,
+                                        revise_within_ms=revise_within_ms)
+        self._emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
+                                       max_message_bytes=1_000_000)
+        for partition in INPUTS:
+            self.engine.assign(partition, None, None, 0)
+        self.world = World({p: [] for p in INPUTS}, revise_within_ms=revise_within_ms)
+        self.world.start_two()
+        self.world.repartition = {0: [], 1: []}
+        self.world.two_next = {0: 0, 1: 0}
+
+    def turn(self, now_ms: int, rows: list[Row] | None = None, *,
+             partition: PartitionKey = INPUTS[0], offset: int = 0) -> None:
+        """``rows`` (one message at ``offset`` of ``partition``) in, if any; then a send
+        and a step of stage 2."""
+        if rows is not None:
+            self.engine.add(frame(rows), [ref(partition, offset, rows)], now_ms)
+        closed = self.engine.close_due(now_ms)
+        sent = [r for w in closed for r in self._emitter.window_records(w, EVENT_PLAN)]
+        sent += self._emitter.progress_records(self.engine.frontiers(now_ms), closed)
+        self.world.repartition[0] += sent
+        self.world.step_two(now_ms, crash=False)
+
+
 COLUMNS = ("window_start", "window_end", "k", "v_sum", "n_count", "v_max", "row_count")
 
 

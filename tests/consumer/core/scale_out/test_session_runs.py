@@ -15,13 +15,13 @@ from consumer.core.scale_out.session_runs import (
     PARTIAL_LAST,
     SessionRunsEngine,
 )
-from consumer.core.scale_out.stage_one import PartialEmitter
 from consumer.core.types import ROWS, ClosedWindow, OutputRecord, PartitionKey
 from consumer.core.windows.session.spans import SessionSpec
 from tests.consumer.core.scale_out.session_world import (
     GAP_MS,
     IDLE_MS,
     INPUTS,
+    OneStageOne,
     World,
     late_by_rule,
     late_rows,
@@ -138,29 +138,15 @@ def test_a_late_partial_a_replay_meets_again_stays_out_of_the_kept_session() -> 
     restarts and replays it: it must not join the kept session (the listing drops it,
     and the kept session with it: those keys take no revision until their next session),
     so a later row for that session is late too and no row counts twice."""
-    engine = SessionRunsEngine(EVENT_PLAN, SessionSpec(GAP_MS), event_time=True,
-                               time_dtype=UTC_MS, allowed_lateness_ms=0,
-                               idle_timeout_ms=IDLE_MS, send_every_ms=0,
-                               revise_within_ms=REVISE_WITHIN_MS)
-    emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
-                             max_message_bytes=1_000_000)
-    for partition in INPUTS:
-        engine.assign(partition, None, None, 0)
-    world = World({p: [] for p in INPUTS}, revise_within_ms=REVISE_WITHIN_MS)
-    world.start_two()
-    world.repartition = {0: [], 1: []}
-    world.two_next = {0: 0, 1: 0}
+    stage = OneStageOne(revise_within_ms=REVISE_WITHIN_MS)
+    world = stage.world
 
     def publish(partition: PartitionKey, offset: int, rows: list[Row], now_ms: int) -> None:
-        engine.add(frame(rows), [ref(partition, offset, rows)], now_ms)
-        closed = engine.close_due(now_ms)
-        world.repartition[0] += [r for w in closed for r in emitter.window_records(w, EVENT_PLAN)]
-        world.repartition[0] += emitter.progress_records(engine.frontiers(now_ms), closed)
-        world.step_two(now_ms, crash=False)
+        stage.turn(now_ms, rows, partition=partition, offset=offset)
 
     publish(INPUTS[0], 0, [("v", 1_050, 1.0, 1, 1.0), ("w", 1_400, 8.0, 1, 8.0)], 0)
     for now in range(900, 4_500, 900):  # the others go idle
-        engine.keep_alive(INPUTS[0], now)
+        stage.engine.keep_alive(INPUTS[0], now)
     publish(INPUTS[0], 1, [("w", 1_400, 8.0, 1, 8.0)], 4_500)  # floor 1300, kept-after 1000
     assert held_sessions(_revisions(world)).filter(pl.col("k") == "v").height == 1
     behind = [("v", 870, 2.0, 1, 2.0), ("v", 960, 4.0, 1, 4.0)]  # one partial; reaches v@1050
@@ -185,27 +171,8 @@ def test_a_revision_goes_out_at_once_after_the_stream_has_ended() -> None:
     """Every partition idle and every session out: a late row within the bound then
     reopens a kept session, and the floor will not move again (the frontier an idle
     partition reported stands). The update goes out at the next flush all the same."""
-    engine = SessionRunsEngine(EVENT_PLAN, SessionSpec(GAP_MS), event_time=True,
-                               time_dtype=UTC_MS, allowed_lateness_ms=0,
-                               idle_timeout_ms=IDLE_MS, send_every_ms=0,
-                               revise_within_ms=REVISE_WITHIN_MS)
-    emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
-                             max_message_bytes=1_000_000)
-    for partition in INPUTS:
-        engine.assign(partition, None, None, 0)
-    world = World({p: [] for p in INPUTS}, revise_within_ms=REVISE_WITHIN_MS)
-    world.start_two()
-    world.repartition = {0: [], 1: []}
-    world.two_next = {0: 0, 1: 0}
-
-    def turn(now_ms: int, rows: list[Row] | None = None, offset: int = 0) -> None:
-        if rows is not None:
-            engine.add(frame(rows), [ref(INPUTS[0], offset, rows)], now_ms)
-        closed = engine.close_due(now_ms)
-        world.repartition[0] += [r for w in closed for r in emitter.window_records(w, EVENT_PLAN)]
-        world.repartition[0] += emitter.progress_records(engine.frontiers(now_ms), closed)
-        world.step_two(now_ms, crash=False)
-
+    stage = OneStageOne(revise_within_ms=REVISE_WITHIN_MS)
+    world, turn = stage.world, stage.turn
     turn(0, [("v", 1_250, 1.0, 1, 1.0), ("w", 1_400, 2.0, 1, 2.0)])
     turn(2_000)  # all idle: floor 1500, every session out, v kept (kept-after 1200)
     assert [w.kind for w in _revisions(world)] == ["full"]

@@ -70,6 +70,7 @@ class StageTwo:
         # A session part's output while it cannot commit (a reopened session waits):
         # sent with its offsets, never before them.
         self._held: dict[PartitionKey, list[OutputRecord]] = {}
+        self._said_sessions_over = False  # said once each time sessions go over the budget
 
     # -- partitions ----------------------------------------------------------------------
 
@@ -174,6 +175,17 @@ class StageTwo:
         groups = sum(e.groups() for e in self._engines.values())
         values = sum(e.buffered_values() for e in self._engines.values())
         if groups < max_groups and values < max_values:
+            self._said_sessions_over = False
+            return False
+        if self._sessions is not None:
+            # A session can go out early on one instance, whose rows it holds; here it is
+            # partial until every instance has sent its part, so it stays (design.md).
+            if not self._said_sessions_over:
+                log.warning("stage 2 holds %d sessions and %d buffered values, over "
+                            "input.max_groups or input.max_buffered_values: it keeps them, "
+                            "since a session goes out of stage 2 only once complete",
+                            groups, values)
+                self._said_sessions_over = True
             return False
         # Stage 2 cannot pause: a window completes only once the progress records behind
         # its partials are read, from the same partitions.

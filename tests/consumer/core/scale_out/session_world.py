@@ -113,6 +113,7 @@ class World:
     emit_every_ms: int | None = None  # stage 2's early results
     plan: AggregationPlan = EVENT_PLAN
     revise_within_ms: int | None = None  # late: revise, in both stages
+    budget: tuple[int, int] | None = None  # stage 2's (max groups, max buffered values)
 
     def start_two(self) -> None:
         revise = self.revise_within_ms is not None
@@ -121,7 +122,7 @@ class World:
                                   partitions=REPARTITIONS, inputs=set(INPUTS), merge_every=4,
                                   counters=Counters(), emit_every_ms=self.emit_every_ms,
                                   revise_within_ms=self.revise_within_ms,
-                                  sessions=SessionSpec(GAP_MS))
+                                  sessions=SessionSpec(GAP_MS), budget=self.budget)
         for k in range(REPARTITIONS):
             offset, metadata = self.two_committed.get(("rep", k), (None, None))
             self.stage_two.assign(("rep", k), offset, metadata)
@@ -176,18 +177,23 @@ class World:
 class OneStageOne:
     """One stage-1 engine owning every input partition and sending at every turn, into
     repartition partition 0 of a world whose stage 2 steps after each turn, never
-    crashing (the hand-written scale-out session tests)."""
+    crashing (the hand-written scale-out session tests; ``emitter`` and ``engine`` for
+    records written by hand)."""
 
-    def __init__(self, *, revise_within_ms: int) -> None:
-        self.engine = SessionRunsEngine(EVENT_PLAN, SessionSpec(GAP_MS), event_time=True,
+    def __init__(self, *, plan: AggregationPlan = EVENT_PLAN,
+                 revise_within_ms: int | None = None,
+                 budget: tuple[int, int] | None = None) -> None:
+        self.plan = plan
+        self.engine = SessionRunsEngine(plan, SessionSpec(GAP_MS), event_time=True,
                                         time_dtype=UTC_MS, allowed_lateness_ms=0,
                                         idle_timeout_ms=IDLE_MS, send_every_ms=0,
                                         revise_within_ms=revise_within_ms)
-        self._emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
-                                       max_message_bytes=1_000_000)
+        self.emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
+                                      max_message_bytes=1_000_000)
         for partition in INPUTS:
             self.engine.assign(partition, None, None, 0)
-        self.world = World({p: [] for p in INPUTS}, revise_within_ms=revise_within_ms)
+        self.world = World({p: [] for p in INPUTS}, plan=plan,
+                           revise_within_ms=revise_within_ms, budget=budget)
         self.world.start_two()
         self.world.repartition = {0: [], 1: []}
         self.world.two_next = {0: 0, 1: 0}
@@ -199,8 +205,8 @@ class OneStageOne:
         if rows is not None:
             self.engine.add(frame(rows), [ref(partition, offset, rows)], now_ms)
         closed = self.engine.close_due(now_ms)
-        sent = [r for w in closed for r in self._emitter.window_records(w, EVENT_PLAN)]
-        sent += self._emitter.progress_records(self.engine.frontiers(now_ms), closed)
+        sent = [r for w in closed for r in self.emitter.window_records(w, self.plan)]
+        sent += self.emitter.progress_records(self.engine.frontiers(now_ms), closed)
         self.world.repartition[0] += sent
         self.world.step_two(now_ms, crash=False)
 

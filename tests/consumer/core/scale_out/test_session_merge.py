@@ -6,6 +6,7 @@ session, and the late rows are exactly those the rule names (checked by a plain 
 
 from __future__ import annotations
 
+import logging
 import statistics
 
 import polars as pl
@@ -13,7 +14,6 @@ import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
-from consumer.core.plan import AggregationPlan
 from consumer.core.scale_out.session_runs import SessionRunsEngine
 from consumer.core.scale_out.stage_one import PartialEmitter
 from consumer.core.windows.session.spans import SessionSpec
@@ -21,6 +21,7 @@ from tests.consumer.core.scale_out.session_world import (
     GAP_MS,
     IDLE_MS,
     INPUTS,
+    OneStageOne,
     World,
     late_by_rule,
     late_rows,
@@ -82,7 +83,8 @@ def test_sessions_values_travel_with_their_partials_to_the_reference(
 
 def test_an_idle_partition_returning_behind_the_floor_is_late_as_aggregates() -> None:
     """Partial sessions starting before what a part has emitted go to the late topic."""
-    world, emitter, engine = one_stage_one(EVENT_PLAN)
+    stage = OneStageOne()
+    world, emitter, engine = stage.world, stage.emitter, stage.engine
     engine.add(frame([("v", 1_000, 1.0, 1, 1.0)]), [ref(INPUTS[0], 0, [("v", 1_000, 1.0, 1, 1.0)])],
                0)
     closed = engine.close_due(0)
@@ -159,7 +161,8 @@ def test_a_sessions_values_in_many_pieces_all_reach_its_median() -> None:
 def test_a_late_partial_session_goes_out_with_its_values() -> None:
     """A partial session starting before what stage 2 emitted is late: its values come
     after it, and the late topic's aggregates are over them (plain median here)."""
-    world, emitter, engine = one_stage_one(HOLISTIC_PLAN)
+    stage = OneStageOne(plan=HOLISTIC_PLAN)
+    world, emitter, engine = stage.world, stage.emitter, stage.engine
     first = [("v", 1_000, 1.0, 1, 1.0)]
     engine.add(frame(first), [ref(INPUTS[0], 0, first)], 0)
     closed = engine.close_due(0)
@@ -184,16 +187,28 @@ def test_a_late_partial_session_goes_out_with_its_values() -> None:
         len(late_rows))
 
 
-def one_stage_one(plan: AggregationPlan) -> tuple[World, PartialEmitter, SessionRunsEngine]:
-    """A world with stage 2 started and no input, and one stage-1 engine (every input
-    partition assigned) with its emitter, for records written by hand."""
-    world = World({p: [] for p in INPUTS}, plan=plan)
-    world.start_two()
-    emitter = PartialEmitter("rep", 1, writer="w", compression="zstd",
-                             max_message_bytes=1_000_000)
-    engine = SessionRunsEngine(plan, SessionSpec(GAP_MS), event_time=True,
-                               time_dtype=UTC_MS, allowed_lateness_ms=0,
-                               idle_timeout_ms=IDLE_MS, send_every_ms=0)
-    for partition in INPUTS:
-        engine.assign(partition, None, None, 0)
-    return world, emitter, engine
+
+def test_over_its_budget_stage_two_keeps_its_sessions_and_says_so_once_a_crossing(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A session leaves stage 2 only once complete (no other instance can still send a
+    part of it), so over input.max_groups stage 2 keeps them all, says so once each time
+    it goes over (not at every flush), and the sessions are as without a budget."""
+    stage = OneStageOne(budget=(2, 1_000_000))
+    first = [("a", 1_000, 1.0, 1, 1.0), ("b", 1_000, 2.0, 1, 2.0), ("c", 1_010, 4.0, 1, 4.0)]
+    more = [("a", 1_050, 8.0, 1, 8.0), ("b", 1_060, 16.0, 1, 16.0)]
+    again = [("a", 6_000, 32.0, 1, 32.0), ("c", 6_000, 64.0, 1, 64.0)]
+    with caplog.at_level(logging.WARNING, logger="consumer.core.scale_out.stage_two"):
+        stage.turn(0, first)  # three sessions held: over
+        stage.turn(100, more, offset=1)  # still over: not said again
+        stage.turn(150)
+        stage.turn(4_000)  # every partition idle: the sessions go out, none held
+        assert stage.world.stage_two.groups() == 0
+        stage.turn(4_050)  # a flush under the budget
+        stage.turn(4_100, again, offset=2)  # two held: over again
+        stage.turn(9_000)
+    said = [r.getMessage() for r in caplog.records if "over input.max_groups" in r.getMessage()]
+    assert len(said) == 2, said
+    assert "only once complete" in said[0]
+    got = subscribed(stage.world.output)
+    assert_frame_equal(got, session_reference([*first, *more, *again], GAP_MS)
+                       .select(got.columns), check_dtypes=False)

@@ -328,11 +328,14 @@ def test_session_windows_scale_out_exactly(
                    timeout_s=120, what="every part's frontier past the last session")
         if late == "revise":  # the stream over, rows behind sessions kept for revisions
             behind = after_the_end(rows, max(rows.column("row_id").to_pylist()) + 1)
+            before = held_rows(bootstrap, topics["output"])
             publisher.publish(0, behind)
             publisher.flush()
             rows = pa.concat_tables([rows, behind])
-            wait_until(lambda: held_sessions(bootstrap, topics["output"])[1] > 0,
-                       timeout_s=60, what="the update the rows behind make")
+            # Updates may have gone out while publishing already: wait for these rows'.
+            wait_until(lambda: held_rows(bootstrap, topics["output"])
+                       >= before + behind.num_rows,
+                       timeout_s=60, what="the updates the rows behind make")
         instances.stop_all()
     finally:
         instances.kill_all()
@@ -374,6 +377,11 @@ def after_the_end(rows: pa.Table, first_id: int) -> pa.Table:
     table = with_keys(sensor_table(rng, 10, T0 + at, STEP_MS),
                       [rng.choice(ending) for _ in range(10)])
     return numbered(table, first_id)
+
+
+def held_rows(bootstrap: str, topic: str) -> int:
+    """The input rows of every session a subscriber holds (``held_sessions``)."""
+    return int(held_sessions(bootstrap, topic)[0].get_column("row_count").sum())
 
 
 def held_sessions(bootstrap: str, topic: str) -> tuple[pl.DataFrame, int]:

@@ -173,12 +173,12 @@ class SessionSet:
         columns = self._aggregator.state_schema.names()
         with_rows = renamed.filter(pl.col(ROWS) > 0)
         state = self._aggregator.merge([with_rows.select(columns)], regroup=True)
-        meta = renamed.with_columns(_replaced(renamed)).group_by(SID).agg(
+        parts, replaces = _replacing(renamed)
+        meta = parts.group_by(SID).agg(
             *(pl.col(k).first() for k in self._keys),
             pl.col(FIRST).min(), pl.col(LAST).max(), pl.col(BUCKET).first(),
             pl.col(SEQ).min(), pl.col(LAST_SEQ).max(), pl.col(EARLY_REVISIONS).max(),
-            pl.col(FRONTIER).min(), pl.col(NEXT_REVISION).max(),
-            _replaces_merged(renamed),
+            pl.col(FRONTIER).min(), pl.col(NEXT_REVISION).max(), replaces,
         ).with_columns(self._spec.end(pl.col(LAST), pl.col(BUCKET)).alias(END),
                        pl.lit(value=False).alias(KEPT))
         if (renamed.get_column(EARLY_REVISIONS) > 0).any():
@@ -261,19 +261,15 @@ class SessionSet:
         self._open = None
 
 
-def _replaced(members: pl.DataFrame) -> pl.Expr:
-    """``REPLACES`` of each merging part, a kept session's own start added (late: revise)."""
-    if not members.get_column(KEPT).any():
-        return pl.col(REPLACES)
-    return pl.when(pl.col(KEPT)).then(pl.concat_list(REPLACES, FIRST)).otherwise(
+
+def _replacing(members: pl.DataFrame) -> tuple[pl.DataFrame, pl.Expr]:
+    """``members`` with a kept session's own start added to its ``REPLACES`` (late:
+    revise), and the aggregation giving a merged session every part's, once each, sorted.
+    The list work is skipped when no part is kept or replaces anything."""
+    if not members.get_column(KEPT).any() and not members.get_column(REPLACES).list.len().max():
+        return members, pl.lit([], pl.List(pl.Int64)).alias(REPLACES)
+    own = pl.when(pl.col(KEPT)).then(pl.concat_list(REPLACES, FIRST)).otherwise(
         pl.col(REPLACES))
-
-
-def _replaces_merged(members: pl.DataFrame) -> pl.Expr:
-    """The merged session's ``REPLACES``: every part's, once each, in order. The list
-    work is skipped when no part replaces anything (no kept session among them)."""
-    replacing = members.get_column(REPLACES).list.len().max()
-    if not members.get_column(KEPT).any() and not replacing:
-        return pl.lit([], pl.List(pl.Int64)).alias(REPLACES)
-    return pl.col(REPLACES).list.explode(keep_nulls=False, empty_as_null=False).unique().sort()
-
+    return (members.with_columns(own.alias(REPLACES)),
+            pl.col(REPLACES).list.explode(keep_nulls=False, empty_as_null=False)
+            .unique().sort())

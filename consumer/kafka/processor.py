@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
@@ -23,6 +23,7 @@ from consumer.core.emit import emitted_lines
 from consumer.core.offsets import CommitMetadata, CommitPoint
 from consumer.core.poll import Counters, Flush, PollPipeline, TurnSnapshot
 from consumer.core.types import InputMessage, PartitionKey, partition_names
+from consumer.kafka.backlog import BacklogCheck
 from consumer.kafka.clients import InputConsumer, RebalanceCallback, take_batch
 from consumer.kafka.errors import described, is_fatal
 from consumer.kafka.rewind import COMMITTED_TIMEOUT_S, RewindAttempts
@@ -30,7 +31,6 @@ from consumer.kafka.sink import AbortRequiredError, FatalKafkaError, OutputSink
 from consumer.service.observer import NullObserver, ProcessorObserver
 
 log = logging.getLogger(__name__)
-
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -53,6 +53,8 @@ class StreamProcessor:
         self._rewind_attempts = RewindAttempts(clock)
         self._offsets_lookup_failed = False  # in this turn's poll: the rewind waits a turn
         self._fatal: BaseException | None = None  # met inside a rebalance callback
+        self._backlog = BacklogCheck(consumer, poll_timeout_ms=processing.poll_timeout_ms,
+                                     clock=clock)
         self._closing = False
         self._stop = False
         self.progress = TurnSnapshot(0, Counters(), 0, 0, ready=False)
@@ -247,35 +249,8 @@ class StreamProcessor:
     def _keep_backlogged_alive(self) -> None:
         """A partition with input waiting on the broker is behind, not idle: without this
         a backlog (or a slow fetch) would close windows early and turn its rows late."""
-        assigned = self._pipeline.assigned()
-        if not assigned:
-            return
-        behind = []
-        for tp in self._positions(assigned):
-            key = (tp.topic, tp.partition)
-            try:
-                low, high = self._consumer.get_watermark_offsets(tp, cached=True)
-            except KafkaException as exc:
-                self._skip_unless_fatal(exc.args[0])
-                continue  # not known to the client now: no backlog we know of, this turn
-            position = tp.offset
-            if position < 0:  # nothing consumed from it yet: it starts at its commit
-                committed = assigned.get(key)
-                position = committed if committed is not None else low
-            if high > position:
-                behind.append(key)
+        behind = self._backlog.behind(self._pipeline.assigned())
         self._pipeline.keep_alive(behind, self._clock())
-
-    def _positions(self, partitions: Iterable[PartitionKey]) -> list[TopicPartition]:
-        """Where the client stands in ``partitions``; those it cannot say (one a
-        rebalance took away between two calls) are left out, for this turn."""
-        try:
-            positions = self._consumer.position(_topic_partitions(list(partitions)))
-        except KafkaException as exc:
-            self._skip_unless_fatal(exc.args[0])
-            log.info("cannot read positions this turn: %s", exc.args[0].str())
-            return []
-        return [tp for tp in positions if tp.error is None]
 
     def _flush(self, *, force: bool = False) -> None:
         now = self._clock()

@@ -21,7 +21,12 @@ from polars.testing import assert_frame_equal
 
 from tests.conftest import TopicFactory
 from tests.integration.conftest import committed_offsets, end_offsets, publish_tables
-from tests.integration.daemon_runs import SIZE_MS, start_daemon, write_config
+from tests.integration.daemon_runs import (
+    IDLE_TIMEOUT_MS,
+    SIZE_MS,
+    start_daemon,
+    write_config,
+)
 from tests.integration.data import KEYS, make_input, output_frame, reference
 from tests.integration.faults import (
     keyed_by_partition,
@@ -171,3 +176,38 @@ def test_a_stalled_instance_cannot_commit_a_duplicate_window(
     # The woken instance tried to go on and was refused: its transaction aborted by the
     # broker (unknown member) or its assignment declared lost; nothing of it committed.
     assert sum(refused.values()) >= 1, logs[0].read_text()[-3000:]
+
+
+def test_an_instance_stopped_past_its_idle_timeout_turns_nothing_that_came_meanwhile_late(
+    bootstrap: str, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """A lone instance (no rebalance: its session outlasts the stop) is stopped mid-window
+    for longer than its idle timeout while input arrives. Woken, its client's cache of the
+    partition's end predates the stop; the loop must ask the broker, not close the open
+    window as idle and send the rest of it late (soak run 3's rebalance storm)."""
+    source, sink = topic_factory("in"), topic_factory("out")
+    group = f"g-{source}"
+    config = write_config(tmp_path / "config.yaml", bootstrap, source, sink, group)
+    data = make_input(batches_per_producer=5 * BATCHES_PER_WINDOW, producers=1,
+                      span_ms=SPAN_MS)
+    half = BATCHES_PER_WINDOW * 5 // 2  # the stop falls in the middle of window 2
+    chunks = [data[:half], data[half:]]
+    log = tmp_path / "daemon.log"
+    daemon = start_daemon(config, log)
+    try:
+        publish_tables(bootstrap, source, chunks[0], producer_id="w1")
+        wait_until(lambda: any(end_offsets(bootstrap, sink)), timeout_s=60,
+                   what="the first windows out: the instance is consuming")
+        daemon.send_signal(signal.SIGSTOP)
+        publish_tables(bootstrap, source, chunks[1], producer_id="w2")
+        time.sleep(IDLE_TIMEOUT_MS / 1000 + 2.0)  # the stop itself is what is tested
+        daemon.send_signal(signal.SIGCONT)
+        wait_input_committed(bootstrap, group, source, "every window committed")
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(30)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    figures = check_output(bootstrap, sink, chunks, log)
+    write_figures("stopped_past_idle", {"exit_code": code, **figures})
+    assert code == 0

@@ -132,6 +132,11 @@ class FakeConsumer:
         self.offsets_unstable_until_ms: int | None = None
         self.clock: Any = None
         self.polled_at: list[int] = []  # on ``clock``, when it is set
+        # While set (``stop_fetching``), the client's fetcher has not run, as in a process
+        # stopped or starved: nothing is delivered, and the cached high watermarks are
+        # those of when it stopped. ``broker_queries``: the uncached lookups made.
+        self.fetched_ends: dict[PartitionKey, int] | None = None
+        self.broker_queries: list[PartitionKey] = []
 
     def fail(self, call: str, error: KafkaError | int, *, times: int = 1) -> None:
         self.failures.fail(call, error, times=times)
@@ -142,6 +147,13 @@ class FakeConsumer:
                   partitions: Sequence[PartitionKey]) -> None:
         """Queue a rebalance event; it is served inside the next poll/consume."""
         self.events.append(_Event(kind, [TopicPartition(t, p) for t, p in partitions]))
+
+    def stop_fetching(self) -> None:
+        self.fetched_ends = {key: len(self.broker.topics[key[0]][key[1]])
+                             for key in self.positions}
+
+    def resume_fetching(self) -> None:
+        self.fetched_ends = None
 
     # -- InputConsumer -----------------------------------------------------------------
 
@@ -169,6 +181,8 @@ class FakeConsumer:
         self._serve_events()
         out: list[Message] = [Message(error=error) for error in self.error_events]
         self.error_events.clear()
+        if self.fetched_ends is not None:
+            return out
         for key in sorted(self.positions):
             if key in self.paused and not self.leak_paused:
                 continue
@@ -232,10 +246,17 @@ class FakeConsumer:
 
     def get_watermark_offsets(self, partition: TopicPartition, timeout: float = -1,
                               cached: bool = False) -> tuple[int, int]:
-        del timeout, cached
-        self.failures.check("get_watermark_offsets")
-        if (partition.topic, partition.partition) not in self.positions:
+        del timeout
+        # Two calls in librdkafka (rd_kafka_get_ / rd_kafka_query_watermark_offsets),
+        # each failing on its own.
+        self.failures.check("get_watermark_offsets" if cached else "query_watermark_offsets")
+        key = (partition.topic, partition.partition)
+        if key not in self.positions:
             raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+        if not cached:
+            self.broker_queries.append(key)
+        elif self.fetched_ends is not None and key in self.fetched_ends:
+            return 0, self.fetched_ends[key]
         return 0, len(self.broker.topics[partition.topic][partition.partition])
 
     def seek(self, partition: TopicPartition) -> None:

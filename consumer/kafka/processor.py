@@ -25,12 +25,13 @@ from consumer.core.poll import Counters, Flush, PollPipeline, TurnSnapshot
 from consumer.core.types import InputMessage, PartitionKey, partition_names
 from consumer.kafka.backlog import BacklogCheck
 from consumer.kafka.clients import InputConsumer, RebalanceCallback, take_batch
-from consumer.kafka.errors import described, is_fatal
+from consumer.kafka.errors import FatalKafkaError, described, stop_if_fatal
 from consumer.kafka.rewind import COMMITTED_TIMEOUT_S, RewindAttempts
-from consumer.kafka.sink import AbortRequiredError, FatalKafkaError, OutputSink
+from consumer.kafka.sink import AbortRequiredError, OutputSink
 from consumer.service.observer import NullObserver, ProcessorObserver
 
 log = logging.getLogger(__name__)
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -298,7 +299,7 @@ class StreamProcessor:
 
     def _rewind_later(self, doing: str, error: KafkaError) -> None:
         """Answer a client error by replaying from the committed offsets, next turn."""
-        self._skip_unless_fatal(error)
+        stop_if_fatal(error, "input consumer")
         log.warning("%s failed (%s): replaying from the committed offsets", doing, error.str())
         self._rewind_needed = True
 
@@ -334,15 +335,11 @@ class StreamProcessor:
             self._consumer.seek(TopicPartition(topic, partition, target))
         log.info("rewound %d partitions to their committed offsets", len(targets))
 
-    def _skip_unless_fatal(self, error: KafkaError) -> None:
-        if is_fatal(error):
-            raise FatalKafkaError(f"from the input consumer: {described(error)}")
-
     def _client_error(self, error: KafkaError) -> None:
         """An error the client reported on its own (not a call's answer): stop on a fatal
         one; the others (a broker going away, a retriable fetch error) the client
         retries by itself."""
-        self._skip_unless_fatal(error)
+        stop_if_fatal(error, "input consumer")
         log.warning("consumer error: %s", error.str())
 
 

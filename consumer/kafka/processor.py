@@ -113,8 +113,13 @@ class StreamProcessor:
             self._observer.loop_turned(self._clock())  # turning, if only to rewind
             return
         self._process(messages)
-        self._keep_backlogged_alive()
-        self._flush()
+        # One instant for the backlog check and the flush: the check's "no backlog" holds
+        # at the time read before it, so idleness is judged then. A stall between the two
+        # (SIGSTOP, a starved core) read after it closed windows on input that came during
+        # the stall, and turned it late.
+        now = self._clock()
+        self._keep_backlogged_alive(now)
+        self._flush(now)
         self._report()
 
     def close(self) -> None:
@@ -247,14 +252,14 @@ class StreamProcessor:
         if done.late_rows:
             self._observer.late(done.late_rows)
 
-    def _keep_backlogged_alive(self) -> None:
+    def _keep_backlogged_alive(self, now: int) -> None:
         """A partition with input waiting on the broker is behind, not idle: without this
         a backlog (or a slow fetch) would close windows early and turn its rows late."""
         behind = self._backlog.behind(self._pipeline.assigned())
-        self._pipeline.keep_alive(behind, self._clock())
+        self._pipeline.keep_alive(behind, now)
 
-    def _flush(self, *, force: bool = False) -> None:
-        now = self._clock()
+    def _flush(self, now: int | None = None, *, force: bool = False) -> None:
+        now = self._clock() if now is None else now
         flush = self._pipeline.flush(now, force=force)
         self._pause_and_resume(flush.pause, flush.resume)
         if not flush.commit:

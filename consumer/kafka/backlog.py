@@ -7,12 +7,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from consumer.core.types import PartitionKey
 from consumer.kafka.clients import InputConsumer
-from consumer.kafka.errors import described, is_fatal
-from consumer.kafka.sink import FatalKafkaError
+from consumer.kafka.errors import stop_if_fatal
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +51,7 @@ class BacklogCheck:
             try:
                 low, high = self._consumer.get_watermark_offsets(tp, cached=True)
             except KafkaException as exc:
-                _skip_unless_fatal(exc.args[0])
+                stop_if_fatal(exc.args[0], "input consumer")
                 continue  # not known to the client now: no backlog we know of, this turn
             position = tp.offset
             if position < 0:  # nothing consumed from it yet: it starts at its commit
@@ -76,7 +75,7 @@ class BacklogCheck:
             _low, high = self._consumer.get_watermark_offsets(
                 partition, timeout=BROKER_HIGH_WATERMARK_TIMEOUT_S, cached=False)
         except KafkaException as exc:
-            _skip_unless_fatal(exc.args[0])
+            stop_if_fatal(exc.args[0], "input consumer")
             log.info("cannot ask the broker for %s[%d]'s end: %s", partition.topic,
                      partition.partition, exc.args[0].str())
             return None
@@ -89,12 +88,7 @@ class BacklogCheck:
             positions = self._consumer.position(
                 [TopicPartition(topic, partition) for topic, partition in partitions])
         except KafkaException as exc:
-            _skip_unless_fatal(exc.args[0])
+            stop_if_fatal(exc.args[0], "input consumer")
             log.info("cannot read positions this turn: %s", exc.args[0].str())
             return []
         return [tp for tp in positions if tp.error is None]
-
-
-def _skip_unless_fatal(error: KafkaError) -> None:
-    if is_fatal(error):
-        raise FatalKafkaError(f"from the input consumer: {described(error)}")

@@ -16,13 +16,23 @@ their errors") lists each call with its answer, one of four:
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from confluent_kafka import KafkaError
+
+from wire.errors import ArrowaggError
 
 # What the broker and librdkafka say, in some order, when a newer instance has taken over
 # our transactional.id (a restarted instance, or a second one with the same id) or our
 # group.instance.id.
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                      KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.FENCED_INSTANCE_ID})
+
+
+class FatalKafkaError(ArrowaggError):
+    """The client cannot go on (fenced by a newer instance, or a fatal client error)."""
+
+    headline: ClassVar[str] = "stopping on a fatal Kafka error: "
 
 
 def is_fatal(error: KafkaError) -> bool:
@@ -51,3 +61,9 @@ def described(error: KafkaError) -> str:
     if is_fenced(error):
         return f"fenced by a newer instance with the same transactional.id ({text})"
     return text
+
+
+def stop_if_fatal(error: KafkaError, client: str) -> None:
+    """Raise FatalKafkaError if ``error`` is fatal; the caller skips the others."""
+    if is_fatal(error):
+        raise FatalKafkaError(f"from the {client}: {described(error)}")

@@ -25,12 +25,13 @@ from consumer.core.poll import Counters, Flush, PollPipeline, TurnSnapshot
 from consumer.core.types import InputMessage, PartitionKey, partition_names
 from consumer.kafka.backlog import BacklogCheck
 from consumer.kafka.clients import InputConsumer, RebalanceCallback, take_batch
-from consumer.kafka.errors import described, is_fatal
+from consumer.kafka.errors import FatalKafkaError, described, stop_if_fatal
 from consumer.kafka.rewind import COMMITTED_TIMEOUT_S, RewindAttempts
-from consumer.kafka.sink import AbortRequiredError, FatalKafkaError, OutputSink
+from consumer.kafka.sink import AbortRequiredError, OutputSink
 from consumer.service.observer import NullObserver, ProcessorObserver
 
 log = logging.getLogger(__name__)
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -112,8 +113,13 @@ class StreamProcessor:
             self._observer.loop_turned(self._clock())  # turning, if only to rewind
             return
         self._process(messages)
-        self._keep_backlogged_alive()
-        self._flush()
+        # One instant for the backlog check and the flush: the check's "no backlog" holds
+        # at the time read before it, so idleness is judged then. A stall between the two
+        # (SIGSTOP, a starved core) read after it closed windows on input that came during
+        # the stall, and turned it late.
+        now = self._clock()
+        self._keep_backlogged_alive(now)
+        self._flush(now)
         self._report()
 
     def close(self) -> None:
@@ -246,14 +252,14 @@ class StreamProcessor:
         if done.late_rows:
             self._observer.late(done.late_rows)
 
-    def _keep_backlogged_alive(self) -> None:
+    def _keep_backlogged_alive(self, now: int) -> None:
         """A partition with input waiting on the broker is behind, not idle: without this
         a backlog (or a slow fetch) would close windows early and turn its rows late."""
         behind = self._backlog.behind(self._pipeline.assigned())
-        self._pipeline.keep_alive(behind, self._clock())
+        self._pipeline.keep_alive(behind, now)
 
-    def _flush(self, *, force: bool = False) -> None:
-        now = self._clock()
+    def _flush(self, now: int | None = None, *, force: bool = False) -> None:
+        now = self._clock() if now is None else now
         flush = self._pipeline.flush(now, force=force)
         self._pause_and_resume(flush.pause, flush.resume)
         if not flush.commit:
@@ -298,7 +304,7 @@ class StreamProcessor:
 
     def _rewind_later(self, doing: str, error: KafkaError) -> None:
         """Answer a client error by replaying from the committed offsets, next turn."""
-        self._skip_unless_fatal(error)
+        stop_if_fatal(error, "input consumer")
         log.warning("%s failed (%s): replaying from the committed offsets", doing, error.str())
         self._rewind_needed = True
 
@@ -334,15 +340,11 @@ class StreamProcessor:
             self._consumer.seek(TopicPartition(topic, partition, target))
         log.info("rewound %d partitions to their committed offsets", len(targets))
 
-    def _skip_unless_fatal(self, error: KafkaError) -> None:
-        if is_fatal(error):
-            raise FatalKafkaError(f"from the input consumer: {described(error)}")
-
     def _client_error(self, error: KafkaError) -> None:
         """An error the client reported on its own (not a call's answer): stop on a fatal
         one; the others (a broker going away, a retriable fetch error) the client
         retries by itself."""
-        self._skip_unless_fatal(error)
+        stop_if_fatal(error, "input consumer")
         log.warning("consumer error: %s", error.str())
 
 

@@ -8,8 +8,7 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaError
 
-from consumer.kafka.errors import described, is_fatal
-from consumer.kafka.sink import FatalKafkaError
+from consumer.kafka.errors import FatalKafkaError, described, is_fatal
 
 log = logging.getLogger(__name__)
 

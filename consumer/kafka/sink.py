@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from consumer.core.types import OutputRecord
 from consumer.kafka.clients import InputConsumer
-from consumer.kafka.errors import described, is_fatal, is_fenced
+from consumer.kafka.errors import FatalKafkaError, described, is_fatal, is_fenced
 from wire.errors import ArrowaggError
 
 log = logging.getLogger(__name__)
@@ -27,12 +27,6 @@ log = logging.getLogger(__name__)
 class AbortRequiredError(ArrowaggError):
     """A control signal, not a failure: the transaction was aborted, so the run loop
     rewinds to the committed offsets and rebuilds its state."""
-
-
-class FatalKafkaError(ArrowaggError):
-    """The producer cannot go on (fenced by a newer instance, or a fatal client error)."""
-
-    headline: ClassVar[str] = "stopping on a fatal Kafka error: "
 
 
 class OutputProducer(Protocol):

@@ -6,7 +6,7 @@ tests/integration/test_fault_zombies.py)."""
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, TopicPartition
 from polars.testing import assert_frame_equal
 
 from tests.consumer.kafka.rig import P0, P1, Rig, batch, reference, sorted_output
@@ -64,5 +64,33 @@ def test_a_broker_that_cannot_say_its_end_after_a_stop_holds_the_windows_a_turn(
     rig.clock.now_ms += 3_000
     rig.turns(2)
     assert rig.consumer.failures.raised == [("query_watermark_offsets", KafkaError._TIMED_OUT)]
+    assert rig.pipeline.counters.late_rows == 0
+    assert_frame_equal(sorted_output(rig), reference(rig.published))
+
+
+def test_a_stall_after_the_backlog_check_closes_no_window_on_its_answer() -> None:
+    """The check says "no backlog" at one instant; the flush must judge idleness at that
+    instant, not after a stall between the two in which input arrived."""
+    rig = Rig(1, window={"idle_timeout_ms": 3_000})
+    rig.consumer.rebalance("assign", [P0])
+    rig.publish(0, batch(100))
+    rig.turns(2)
+    assert rig.pipeline.open_windows() == 1
+    answer_from_cache = rig.consumer.get_watermark_offsets
+
+    def answered_then_stalled(partition: TopicPartition, timeout: float = -1,
+                              cached: bool = False) -> tuple[int, int]:
+        ends = answer_from_cache(partition, timeout, cached)
+        rig.consumer.get_watermark_offsets = answer_from_cache  # type: ignore[method-assign]
+        rig.clock.now_ms += 8_000  # stopped right after the answer
+        rig.publish(0, batch(500))  # window 0's rest arrives meanwhile
+        return ends
+
+    rig.consumer.get_watermark_offsets = answered_then_stalled  # type: ignore[method-assign]
+    rig.processor.run_once()
+    assert rig.pipeline.open_windows() == 1, "idle judged after the stall, not at the check"
+    rig.turns(3)
+    rig.clock.now_ms += 3_000  # input over: idle, every window closes
+    rig.turns(2)
     assert rig.pipeline.counters.late_rows == 0
     assert_frame_equal(sorted_output(rig), reference(rig.published))

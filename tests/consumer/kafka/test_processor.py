@@ -13,7 +13,8 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 from polars.testing import assert_frame_equal
 
 from consumer import cli
-from consumer.kafka.sink import AbortRequiredError, FatalKafkaError
+from consumer.kafka.errors import FatalKafkaError
+from consumer.kafka.sink import AbortRequiredError
 from tests.consumer.kafka.rig import (
     P0,
     P1,

@@ -12,8 +12,8 @@ from typing import Literal
 import pytest
 from confluent_kafka import KafkaError
 
+from consumer.kafka.errors import FatalKafkaError
 from consumer.kafka.rewind import REWIND_GIVE_UP_MS
-from consumer.kafka.sink import FatalKafkaError
 from consumer.service.observer import NullObserver
 from tests.consumer.kafka.rig import (
     P0,

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError
 from polars.testing import assert_frame_equal
 
-from consumer.kafka.sink import FatalKafkaError
+from consumer.kafka.errors import FatalKafkaError
 from tests.consumer.kafka.rig import (
     P0,
     P1,

@@ -61,7 +61,7 @@ def build_pipeline(settings: Settings) -> Pipeline:
     scale_out = settings.scale_out
     emitter = None if scale_out is None else PartialEmitter(
         scale_out.repartition_topic, scale_out.partitions,
-        writer=instance_id(settings.processing), compression=output.compression,
+        writer=instance_id(settings.processing), compression=scale_out.compression,
         max_message_bytes=output.max_message_bytes)
     return Pipeline(
         decoder, lambda plan, time_dtype: build_engine(settings, plan, time_dtype), routes,

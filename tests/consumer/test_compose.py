@@ -1,4 +1,5 @@
-"""The composition root's plan: which columns the configured windows make keys."""
+"""The composition root: which columns the configured windows make keys, and what the
+pipeline it builds is configured with."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
+from consumer.compose import build_pipeline
 from consumer.config import plan_for, settings_from_dict
+from consumer.core.types import InputMessage
 from tests.consumer.kafka.rig import ABSENT, SITES, SOURCE, Rig, config
+from wire.input import encode_ipc_stream
 
 SCHEMA = pa.schema([("site", pa.string()), ("ts", pa.timestamp("ms", tz="UTC")),
                     ("v", pa.float64())])
@@ -63,3 +67,31 @@ def test_windows_without_event_time_group_by_the_keys_not_by_time(
                              "row_count": [rows // 3] * 3},
                             schema_overrides={"row_count": pl.Int64})
     assert_frame_equal(got, expected, check_dtypes=False)
+
+
+# The first bytes of a compressed buffer's frame in an Arrow IPC body (after its length).
+LZ4_FRAME, ZSTD_FRAME = b"\x04\x22\x4d\x18", b"\x28\xb5\x2f\xfd"
+
+
+@pytest.mark.parametrize(("scale_out", "frame", "not_frame"), [
+    ({}, LZ4_FRAME, ZSTD_FRAME),
+    ({"compression": "zstd"}, ZSTD_FRAME, LZ4_FRAME),
+], ids=["default", "zstd"])
+def test_stage_one_compresses_its_partials_with_the_scale_outs_codec_not_the_outputs(
+        scale_out: dict[str, object], frame: bytes, not_frame: bytes) -> None:
+    settings = settings_from_dict(config(
+        output={"compression": "zstd" if not scale_out else "lz4"},
+        scale_out={"repartition_topic": "rep", "partitions": 2, **scale_out}), environ={})
+    pipeline = build_pipeline(settings)
+    pipeline.assign((SOURCE, 0), None, None, 0)
+    rows = pa.table({"site": [f"site-{i % 50}" for i in range(5_000)],
+                     "ts": pa.array(range(5_000), pa.timestamp("ms", tz="UTC")),
+                     "v": [float(i % 7) for i in range(5_000)]})
+    pipeline.process([InputMessage((SOURCE, 0), 0, encode_ipc_stream(rows))], 0)
+    partials = [r for r in pipeline.flush(0, force=True).records
+                if r.topic == "rep" and dict(r.headers or []).get("arrowagg.kind") == b"partial"]
+    assert partials, "the closed window went out as partial states"
+    for record in partials:
+        assert record.value is not None
+        assert frame in record.value
+        assert not_frame not in record.value

@@ -207,7 +207,8 @@ def run_memory(sizes: Sizes) -> dict[str, Any]:
 def run_scale_out(bootstrap: str, sizes: Sizes) -> dict[str, Any]:
     _step(f"scale-out: {sizes.scale_out_bytes / 1e6:.0f} MB through 1, 2, 3 instances")
     figures = scale_out.measure(bootstrap, target_bytes=sizes.scale_out_bytes,
-                                runs_of=sizes.scale_out_runs, step=_step)
+                                runs_of=sizes.scale_out_runs,
+                                repeats=sizes.scale_out_repeats, step=_step)
     for run in figures["runs"]:
         print(f"   {run['job']}, {run['instances']} instance(s), {run['mode']}: "
               f"{run['seconds']:.1f} s, "

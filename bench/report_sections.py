@@ -129,7 +129,8 @@ def latency_table(results: dict[str, Any]) -> str:
 def scale_out_caveat(results: dict[str, Any]) -> str:
     """What the table can show on one machine, said beside it: why more instances are
     slower there when they are."""
-    runs = [r for r in results["scale_out"]["runs"] if _job(r) == "decomposable"]
+    runs = [r for r in _median_runs(results["scale_out"]["runs"])
+            if _job(r) == "decomposable"]
     single = next((r for r in runs if r["mode"] == "one instance"), runs[0])
     slower = all(r["rows_per_s"] < single["rows_per_s"] for r in runs if r["instances"] > 1)
     cores = results.get("machine", {}).get("cores", "?")
@@ -151,14 +152,35 @@ def _job(run: dict[str, Any]) -> str:
     return str(run.get("job", "decomposable"))  # results before the holistic job had one
 
 
+def _median_runs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One run per (job, instances, mode), in the order they first ran: the median one
+    by time (the lower middle of an even count), with ``runs_seconds``, all of theirs."""
+    alike: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        alike.setdefault((_job(run), run["instances"], run["mode"]), []).append(run)
+    medians = []
+    for same in alike.values():
+        by_time = sorted(same, key=lambda r: r["seconds"])
+        medians.append({**by_time[(len(by_time) - 1) // 2],
+                        "runs_seconds": [r["seconds"] for r in by_time]})
+    return medians
+
+
+def _seconds(run: dict[str, Any]) -> str:
+    """The median's seconds, and the range of the runs when there were several."""
+    times = run["runs_seconds"]
+    spread = f" ({len(times)} runs: {times[0]:.1f}-{times[-1]:.1f})" if len(times) > 1 else ""
+    return f"{run['seconds']:.1f}{spread}"
+
+
 def scale_out_table(results: dict[str, Any]) -> str:
     """Each job's runs against that job's one instance: the seed's aggregates, whose
     partial states cross the repartition topic, and a median, whose values do; over
     tumbling windows, then over sessions."""
     figures = results["scale_out"]
-    runs = figures["runs"]
+    runs = _median_runs(figures["runs"])
     singles = {_job(r): r for r in runs if r["mode"] == "one instance"}
-    rows = [[_job(r), str(r["instances"]), r["mode"], f"{r['seconds']:.1f}",
+    rows = [[_job(r), str(r["instances"]), r["mode"], _seconds(r),
              f"{r['rows_per_s']:,.0f}",
              f"{r['rows_per_s'] / singles.get(_job(r), runs[0])['rows_per_s']:.2f}x",
              f"{r['repartition_bytes_per_input_gb'] / 1e6:.1f}" if r["repartition_bytes"]
@@ -168,10 +190,18 @@ def scale_out_table(results: dict[str, Any]) -> str:
             f"{figures['input_partitions']} input and {figures['repartition_partitions']} "
             "repartition partitions. Jobs: `decomposable` is the seed's plan (stage 1 sends "
             "partial states); `holistic` adds `power: median` (stage 1 also sends every "
-            "row's `power`)." + _sessions_said(figures))
+            "row's `power`)." + _sessions_said(figures) + _repeats_said(runs))
     return head + "\n\n" + markdown_table(
         ["job", "instances", "mode", "seconds", "rows/s", "vs one instance",
          "repartition MB per input GB"], rows)
+
+
+def _repeats_said(runs: list[dict[str, Any]]) -> str:
+    """How the repeated runs are summed up, when some were repeated."""
+    if all(len(r["runs_seconds"]) == 1 for r in runs):
+        return ""
+    return (" Runs repeated (interleaved) are shown by their median run, with the range;"
+            " rows/s, the ratio and the bytes are the median run's.")
 
 
 def _sessions_said(figures: dict[str, Any]) -> str:

@@ -226,19 +226,28 @@ def wait_for_output(bootstrap: str, output: str, expected: int, count: Count, *,
 def measure(bootstrap: str, *, target_bytes: int,
             runs_of: tuple[tuple[int, bool], ...] = ((1, False), (1, True), (2, True),
                                                      (3, True)),
+            repeats: int = 1,
             step: Callable[[str], None] = lambda _what: None) -> dict[str, Any]:
-    """Each job through ``runs_of``: (instances, two stages), one instance first."""
+    """Each job through ``runs_of``: (instances, two stages), one instance first. The
+    runs of one instance (without and with the two stages) are repeated ``repeats``
+    times, interleaved, so the price of the second stage is a ratio of medians: one
+    instance's runs of the same commit swing by 2x on a two-core machine."""
     topic = prepare(bootstrap, "dictionary", target_bytes, INPUT_PARTITIONS,
                     messages_per_window=20)
     try:
         sessions = sessions_in(topic.payloads.values)
         runs = []
         for job in JOBS:
-            for instances, two_stages in runs_of:
-                step(f"scale-out, {job}: {instances} instance(s), "
-                     f"{'two stages' if two_stages else 'one instance'}")
-                runs.append(run(bootstrap, topic, instances, scale_out=two_stages, job=job,
-                                sessions=sessions))
+            for repeat in range(repeats):
+                for instances, two_stages in runs_of:
+                    if repeat and instances > 1:
+                        continue
+                    step(f"scale-out, {job}: {instances} instance(s), "
+                         f"{'two stages' if two_stages else 'one instance'}"
+                         + (f" (run {repeat + 1} of {repeats})" if instances == 1 < repeats
+                            else ""))
+                    runs.append(run(bootstrap, topic, instances, scale_out=two_stages,
+                                    job=job, sessions=sessions))
     finally:
         delete_topics(bootstrap, [topic.name])
     return {"input_partitions": INPUT_PARTITIONS, "repartition_partitions": REPARTITIONS,

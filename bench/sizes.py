@@ -45,6 +45,7 @@ class Sizes:
     scale_out_bytes: int  # the input the 1, 2 and 3 instances drain
     # (instances, two stages) of each scale-out job: one instance without scale_out first
     scale_out_runs: tuple[tuple[int, bool], ...] = ((1, False), (1, True), (2, True), (3, True))
+    scale_out_repeats: int = 3  # the one-instance runs of each job: the table has medians
     # RSS per open group end to end (bench.peer_memory): these peers, at each cardinality
     peer_memory_peers: tuple[str, ...] = ("arrowagg", "flink", "kstreams")
     peer_memory_groups: tuple[int, ...] = (10_000, 1_000_000)
@@ -100,6 +101,7 @@ SMOKE = replace(
     scale_out_bytes=3 * MB,
     # Both modes and a split, each job (four jobs: every launch counts in make test's time)
     scale_out_runs=((1, False), (2, True)),
+    scale_out_repeats=1,
     peer_memory_peers=("arrowagg",),
     peer_memory_groups=(100, 1_000),
     peer_memory_rows_per_window=2_000,

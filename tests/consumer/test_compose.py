@@ -13,6 +13,7 @@ from consumer.config import plan_for, settings_from_dict
 from consumer.core.types import InputMessage
 from tests.consumer.kafka.rig import ABSENT, SITES, SOURCE, Rig, config
 from wire.input import encode_ipc_stream
+from wire.repartition import KIND_PARTIAL, record_kind
 
 SCHEMA = pa.schema([("site", pa.string()), ("ts", pa.timestamp("ms", tz="UTC")),
                     ("v", pa.float64())])
@@ -73,14 +74,15 @@ def test_windows_without_event_time_group_by_the_keys_not_by_time(
 LZ4_FRAME, ZSTD_FRAME = b"\x04\x22\x4d\x18", b"\x28\xb5\x2f\xfd"
 
 
-@pytest.mark.parametrize(("scale_out", "frame", "not_frame"), [
-    ({}, LZ4_FRAME, ZSTD_FRAME),
-    ({"compression": "zstd"}, ZSTD_FRAME, LZ4_FRAME),
+@pytest.mark.parametrize(("output_codec", "scale_out", "frame", "not_frame"), [
+    ("zstd", {}, LZ4_FRAME, ZSTD_FRAME),
+    ("lz4", {"compression": "zstd"}, ZSTD_FRAME, LZ4_FRAME),
 ], ids=["default", "zstd"])
 def test_stage_one_compresses_its_partials_with_the_scale_outs_codec_not_the_outputs(
-        scale_out: dict[str, object], frame: bytes, not_frame: bytes) -> None:
+        output_codec: str, scale_out: dict[str, object], frame: bytes,
+        not_frame: bytes) -> None:
     settings = settings_from_dict(config(
-        output={"compression": "zstd" if not scale_out else "lz4"},
+        output={"compression": output_codec},
         scale_out={"repartition_topic": "rep", "partitions": 2, **scale_out}), environ={})
     pipeline = build_pipeline(settings)
     pipeline.assign((SOURCE, 0), None, None, 0)
@@ -89,7 +91,7 @@ def test_stage_one_compresses_its_partials_with_the_scale_outs_codec_not_the_out
                      "v": [float(i % 7) for i in range(5_000)]})
     pipeline.process([InputMessage((SOURCE, 0), 0, encode_ipc_stream(rows))], 0)
     partials = [r for r in pipeline.flush(0, force=True).records
-                if r.topic == "rep" and dict(r.headers or []).get("arrowagg.kind") == b"partial"]
+                if r.topic == "rep" and record_kind(r.headers) == KIND_PARTIAL]
     assert partials, "the closed window went out as partial states"
     for record in partials:
         assert record.value is not None

@@ -77,7 +77,13 @@ class StreamProcessor:
             self.subscribe()
             while not self._stop:
                 self.run_once()
-            self._flush(force=True)
+            if self._rewind_needed:
+                # The state is to be rebuilt from the commits: it may hold rows of
+                # partitions revoked since (their new owners read them again), so
+                # none of it is ours to emit. The next owners replay from the commits.
+                log.info("stopping with a rewind pending: nothing more is committed")
+            else:
+                self._flush(force=True)
         except KafkaException as exc:
             # Every call site answers the errors it can meet (consumer/kafka/errors.py);
             # one that gets here is none of those: stop in one line, not a traceback.

@@ -214,6 +214,7 @@ def check_output(bootstrap: str, topics: dict[str, str], data: list[tuple[int, p
         "late_records": len(late), "late_rows_logged": late_rows_logged(*logs),
     }
     print(figures)
+    print_mismatches(got, expected, window_keys)
     assert duplicates == 0, "a (window, keys) row was emitted twice"
     assert len(windows) == expected["window_start"].n_unique()
     assert len(ends) == len(windows) * parts, "every part of every window ended"
@@ -223,6 +224,18 @@ def check_output(bootstrap: str, topics: dict[str, str], data: list[tuple[int, p
                        expected, check_exact=False, rel_tol=1e-9, abs_tol=1e-9,
                        check_dtypes=False)
     return figures
+
+
+def print_mismatches(got: pl.DataFrame, expected: pl.DataFrame, on: list[str]) -> None:
+    """The (window, keys) rows whose row count differs from the reference, with both
+    counts: which windows a failure is about (a count too high is rows read twice)."""
+    joined = expected.select(*on, "row_count").join(
+        got.select(*on, "row_count"), on=on, how="left", suffix="_got")
+    wrong = joined.filter(pl.col("row_count_got").is_null()
+                          | (pl.col("row_count_got") != pl.col("row_count")))
+    if wrong.height:
+        with pl.Config(tbl_rows=40, tbl_cols=-1, tbl_width_chars=200):
+            print(f"{wrong.height} (window, keys) rows differ from the reference:\n{wrong}")
 
 
 def describe(admin: AdminClient, group: str) -> ConsumerGroupDescription | None:

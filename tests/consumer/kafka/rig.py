@@ -70,14 +70,17 @@ class Rig:
     """A broker, a consumer, a sink and the processor wired to them."""
 
     def __init__(self, partitions: int = 2, *, sink: SinkKind = "fake",
-                 observer: ProcessorObserver | None = None,
+                 observer: ProcessorObserver | None = None, broker: FakeBroker | None = None,
                  **sections: dict[str, object]) -> None:
         """``sink``: a FakeSink, or one of the daemon's own sinks over FakeProducers
         (``self.producers``, one per producer the sink makes), which fail where the
-        test asks the consumer's calls to (``self.consumer.fail``)."""
-        self.broker = FakeBroker()
-        self.broker.create_topic(SOURCE, partitions)
-        self.broker.create_topic(SINK)
+        test asks the consumer's calls to (``self.consumer.fail``). ``broker``: another
+        rig's, for an instance taking over from it (``published`` is then to be shared)."""
+        if broker is None:
+            broker = FakeBroker()
+            broker.create_topic(SOURCE, partitions)
+            broker.create_topic(SINK)
+        self.broker = broker
         self.consumer = FakeConsumer(self.broker)
         self.fake_sink = FakeSink(self.broker)
         self.producers: list[FakeProducer] = []

@@ -37,6 +37,7 @@ from tests.integration.faults import (
     write_figures,
 )
 from tests.integration.instances import (
+    FENCED_EXIT_S,
     REPARTITIONS,
     SIZE_MS,
     Instances,
@@ -154,7 +155,7 @@ class Storm:
                 member.stalled_until = None
         for member in list(self.members.values()):
             if member.ending is not None:
-                member.process.wait(60)
+                member.process.wait(FENCED_EXIT_S)
         self.reap()
         while len(self.members) < 2 or self.killed_ids:
             self.join()

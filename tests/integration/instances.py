@@ -40,6 +40,11 @@ STEPS = 200
 SESSION = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
            "max.poll.interval.ms": 8000}
 RUNNING_LINE = "arrowagg consuming"
+# How long a fenced instance (a zombie's elder) may take to exit: it learns of the fence
+# at its next transactional call, which can wait out its timeout (send_offsets 30 s,
+# commit 60 s) while the coordinator completes the abort the fence began. Elders took
+# 6-44 s on a burnt core (docs/reliability.md, "Zombies and their elders").
+FENCED_EXIT_S = 150
 
 
 def worker_batches(rng: random.Random) -> list[tuple[int, pa.Table]]:

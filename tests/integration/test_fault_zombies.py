@@ -35,7 +35,7 @@ from tests.integration.faults import (
     wait_until,
     write_figures,
 )
-from tests.integration.instances import owners
+from tests.integration.instances import FENCED_EXIT_S, owners
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -107,7 +107,7 @@ def test_zombie_with_the_same_transactional_id_is_fenced_and_exits_non_zero(
         publish_tables(bootstrap, source, chunks[0], producer_id="w1")
         wait_input_committed(bootstrap, group, source, "the first instance to commit chunk 1")
         successor = start_daemon(config, logs[1])
-        code = zombie.wait(60)
+        code = zombie.wait(FENCED_EXIT_S)
         zombie_log = logs[0].read_text()
         last_line = zombie_log.strip().splitlines()[-1]
         publish_tables(bootstrap, source, chunks[1], producer_id="w2")

@@ -45,6 +45,7 @@ from tests.integration.faults import (
     write_figures,
 )
 from tests.integration.instances import (
+    FENCED_EXIT_S,
     INPUT_PARTITIONS,
     REPARTITIONS,
     SIZE_MS,
@@ -189,7 +190,7 @@ def churn(instances: Instances, publishing: PacedPublishing) -> dict[str, Any]:
     stalled.send_signal(signal.SIGCONT)
     instances.start("zombie-maker", instance_id="a")  # a second "a": fences the first
     elder = instances.running.pop("a")
-    elder_exit = elder.wait(60)
+    elder_exit = elder.wait(FENCED_EXIT_S)
     publishing.finish()
     instances.stop("c", signal.SIGTERM)
     return {"elder_exit": elder_exit,

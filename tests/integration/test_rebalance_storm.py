@@ -25,6 +25,16 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from tests.conftest import TopicFactory
+from tests.integration.cells import (
+    GAP_MS,
+    LATE,
+    SESSION_PLANS,
+    after_the_end,
+    held_rows,
+    held_sessions,
+    late_pairs,
+    session_cell_input,
+)
 from tests.integration.conftest import committed_offsets, end_offsets
 from tests.integration.data import KEYS, output_frame, reference
 from tests.integration.faults import (
@@ -48,16 +58,6 @@ from tests.integration.instances import (
     worker_batches,
 )
 from tests.integration.session_data import session_reference
-from tests.integration.test_scale_out_matrix import (
-    GAP_MS,
-    LATE,
-    SESSION_PLANS,
-    after_the_end,
-    held_rows,
-    held_sessions,
-    late_pairs,
-    session_cell_input,
-)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

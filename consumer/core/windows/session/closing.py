@@ -4,7 +4,9 @@ open session of those keys starts at or after it. A row before it would have to 
 an emitted session: it is late.
 
 Kept only while it can matter (docs/design.md, "Session windows"): while rows of that
-closed session may still be replayed, or while a row could still reach it.
+closed session may still be replayed, or while a row could still reach it. While a row
+could reach it, its session's rows are kept replayable (``reachable_from``): a restart
+knows closed-through only from the rows it replays.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from consumer.core.windows.session.spans import (
     EVENT_MS,
     FIRST,
     LAST_SEQ,
+    NO_SEQ,
     SCATTERED,
+    SEQ,
     SID,
     STATE_LAST,
     SessionSpec,
@@ -32,6 +36,7 @@ from consumer.core.windows.session.spans import (
 CT_START = "__closed_start"
 CT_END = "__closed_end"
 CT_SEQ = "__closed_seq"
+CT_FIRST_SEQ = "__closed_first_seq"  # the first poll of the session ending at CT_END
 
 
 def key_hashes(keys: Iterable[tuple[object, ...]]) -> list[int]:
@@ -56,13 +61,15 @@ class ClosedThrough:
         return 0 if self._frame is None else self._frame.height
 
     def record(self, sessions: pl.DataFrame) -> None:
-        """Close ``sessions`` (with the keys, ``FIRST``, ``END``, ``LAST_SEQ``)."""
+        """Close ``sessions`` (with the keys, ``FIRST``, ``END``, ``SEQ``, ``LAST_SEQ``)."""
         if sessions.height == 0:
             return
         new = sessions.select(*self._keys, pl.col(FIRST).alias(CT_START),
-                              pl.col(END).alias(CT_END), pl.col(LAST_SEQ).alias(CT_SEQ))
+                              pl.col(END).alias(CT_END), pl.col(LAST_SEQ).alias(CT_SEQ),
+                              pl.col(SEQ).alias(CT_FIRST_SEQ))
         both = new if self._frame is None else pl.concat([self._frame, new])
-        latest = [pl.col(CT_START).last(), pl.col(CT_END).last(), pl.col(CT_SEQ).max()]
+        latest = [pl.col(CT_START).last(), pl.col(CT_END).last(), pl.col(CT_SEQ).max(),
+                  pl.col(CT_FIRST_SEQ).last()]
         ordered = both.sort(CT_END)
         self._frame = (ordered.group_by(self._keys).agg(latest) if self._keys
                        else ordered.select(latest))
@@ -72,7 +79,7 @@ class ClosedThrough:
         ``CT_END``: the session they would reopen)."""
         if self._frame is None:
             return rows, rows.clear()
-        bounds = self._frame.drop(CT_SEQ)
+        bounds = self._frame.drop(CT_SEQ, CT_FIRST_SEQ)
         if self._keys:
             joined = rows.join(bounds, on=self._keys, how="left", nulls_equal=True,
                                maintain_order="left")
@@ -91,6 +98,25 @@ class ClosedThrough:
             return rows.with_columns(pl.lit(bounds.item(0, CT_END)).alias(CT_END))
         return rows.join(bounds, on=self._keys, how="left", nulls_equal=True,
                          maintain_order="left")
+
+    def reachable_from(self, through_ms: int | None, gap_ms: int) -> int | None:
+        """The first poll of the sessions a row could still reach (closed a gap or less
+        before ``through_ms``). A replay must read them again: a row not late by the
+        frontier (its own session ends after it) may start up to a gap before it, and
+        only a rebuilt session tells a restarted engine that such a row would reopen
+        one (docs/design.md, "Session windows")."""
+        if self._frame is None or through_ms is None:
+            return None
+        reachable = self._frame.filter((pl.col(CT_END) > through_ms - gap_ms)
+                                       & (pl.col(CT_FIRST_SEQ) != NO_SEQ))
+        seq = reachable.get_column(CT_FIRST_SEQ).min()
+        return None if seq is None else int(seq)  # type: ignore[arg-type]
+
+    def release(self) -> None:
+        """Stop holding the closed sessions' rows replayable (too many keys to list: the
+        engine lets every consumed row go, docs/design.md)."""
+        if self._frame is not None:
+            self._frame = self._frame.with_columns(pl.lit(NO_SEQ, pl.Int64).alias(CT_FIRST_SEQ))
 
     def prune(self, before_seq: int | None, through_ms: int | None, gap_ms: int,
               open_sessions: pl.DataFrame | None) -> None:

@@ -311,6 +311,9 @@ class SessionWindowEngine:
         if self._replay is not None:
             return []  # the rebuilt sessions are not known yet: the replay comes first
         self._late.forget_kept(self._closed_through)
+        # No consumed row may be replayed now, as its session went out: the sessions
+        # closed a gap before the frontier stop holding theirs too (docs/design.md).
+        self._late.release()
         emptied = self._open.empty_out()
         early = self._output.windows(emptied, final=False)
         self._open.forget(emptied)
@@ -318,7 +321,8 @@ class SessionWindowEngine:
         return self._early.saw(early)
 
     def _min_seq(self) -> int | None:
-        seqs = [self._open.min_seq(), *(seq for _, seq, _ in self._unreported)]
+        seqs = [self._open.min_seq(), self._late.replay_from(self._closed_through),
+                *(seq for _, seq, _ in self._unreported)]
         if self._replay is not None:
             seqs.append(self._replay.min_seq())
         return min((s for s in seqs if s is not None), default=None)

@@ -34,6 +34,7 @@ from consumer.core.windows.session.spans import (
     FRONTIER,
     LAST_SEQ,
     RUN,
+    SEQ,
     SessionSpec,
     with_runs,
 )
@@ -61,6 +62,12 @@ class LatePolicy(Protocol):
                 restored: dict[int, int], *,
                 at_most: int | None) -> tuple[tuple[int, int], ...] | None: ...
     def prune(self, min_seq: int | None, closed_through: int | None) -> None: ...
+    def replay_from(self, closed_through: int | None) -> int | None:
+        """The first poll a replay must read again for the rows kept here."""
+
+    def release(self) -> None:
+        """Let every consumed row go: nothing kept here holds a poll replayable."""
+
     def discard(self) -> None: ...
 
 
@@ -140,7 +147,7 @@ class LateRows:
             self._listed.add(table, seq)
             self._closed.record(table.select(
                 *self._keys, pl.col(CT_END).alias(FIRST), pl.col(CT_END).alias(END),
-                pl.lit(seq, pl.Int64).alias(LAST_SEQ)))
+                pl.lit(seq, pl.Int64).alias(SEQ), pl.lit(seq, pl.Int64).alias(LAST_SEQ)))
         matched.clear()
 
     def listing(self, min_seq: int | None, closed_through: int | None,
@@ -156,6 +163,13 @@ class LateRows:
         emptied = None if closed_through is None else emptied_at_risk(
             self._open.frame(), self._keys, self._spec, closed_through)
         return listing(self._keys, late, emptied, self._closed, restored, at_most=at_most)
+
+    def replay_from(self, closed_through: int | None) -> int | None:
+        """The first poll of the closed sessions a row could still reach."""
+        return self._closed.reachable_from(closed_through, self._spec.gap_ms)
+
+    def release(self) -> None:
+        self._closed.release()
 
     def prune(self, min_seq: int | None, closed_through: int | None) -> None:
         """Forget listed keys and closed keys nothing can replay or reach."""

@@ -352,6 +352,12 @@ class RevisingRows:
                 listed.setdefault(key_hash, at)
         return tuple(sorted(listed.items()))
 
+    def replay_from(self, closed_through: int | None) -> None:
+        """The kept sessions hold their own rows replayable (they are open sessions)."""
+
+    def release(self) -> None:
+        """Nothing but open sessions (kept ones among them) holds a poll replayable."""
+
     def prune(self, min_seq: int | None, closed_through: int | None) -> None:  # noqa: ARG002
         """Forget listed keys no replay can reach."""
         self._listed.prune(min_seq)

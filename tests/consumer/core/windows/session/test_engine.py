@@ -199,11 +199,14 @@ def test_the_commit_offset_waits_for_the_first_message_of_an_open_session() -> N
     feed(engine, P0, 2, [row("b", 1_150)], now_ms=4)
     assert starts_ends(engine.close_due(4)) == [(1_000, 1_100)]  # watermark 1100: a
     points = committable(engine)
-    assert (points[P0].offset, points[P1].offset) == (1, 10)  # b and c are open
+    # b and c are open; a row at 1_050 would still reopen a (its own session would end
+    # after the watermark), so a's message stays to be replayed
+    assert (points[P0].offset, points[P1].offset) == (0, 10)
     feed(engine, P1, 11, [row("b", 1_080), row("c", 1_400)], now_ms=5)  # b's two merge
     feed(engine, P0, 3, [row("d", 1_600)], now_ms=6)
     assert starts_ends(engine.close_due(6)) == [(1_010, 1_250), (1_100, 1_200)]
-    points = committable(engine)  # watermark 1400: c's next session holds P1@11
+    points = committable(engine)  # watermark 1400: c's next session holds P1@11, and
+    # no row can reach the closed ones any more (they end a gap or more before it)
     assert (points[P0].offset, points[P1].offset) == (3, 11)
     assert points[P0].metadata == CommitMetadata(frontier=1_400, position=4,
                                                  max_event_ms=1_600)
@@ -267,6 +270,29 @@ def test_a_replay_skips_the_emitted_sessions_and_rebuilds_the_open_ones() -> Non
     assert_frame_equal(emitted(output.windows), session_reference(rows, 100))
     assert replay.skipped_replayed_rows == 1
     assert output.late == []
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_row_reaching_a_session_closed_within_a_gap_of_the_frontier_is_late_after_a_restart(
+    crash: bool,
+) -> None:
+    # Watermark 1150: a's [1000, 1100) is out, z's session is open. a@1090 comes next: its
+    # own session would end at 1190, after the frontier, but it would reopen a's. A
+    # restart knows a's closed end only from a's replayed rows, so the commit keeps them.
+    messages = {P0: [[row("a", 1_000)], [row("z", 1_150)], [row("a", 1_090, 100.0)]]}
+    daemon = MiniDaemon(messages, gap_ms=100)
+    for _ in range(2):
+        daemon.poll([P0])
+        daemon.flush()
+    assert starts_ends(daemon.output.windows) == [(1_000, 1_100)]
+    assert committable(daemon.engine)[P0].offset == 0
+    if crash:
+        daemon.crash()
+    output = daemon.finish()
+    [late] = output.late
+    assert late.select("k", "window_start", "window_end").rows() == [("a", 1_000, 1_100)]
+    kept = [r for m in messages[P0] for r in m if r[2] != 100.0]
+    assert_frame_equal(emitted(output.windows), session_reference(kept, 100))
 
 
 def test_a_late_row_in_the_last_gap_is_listed_so_a_replay_still_skips_its_session() -> None:

@@ -224,6 +224,12 @@ class OffsetTracker:
         return CommitPoint(offset, CommitMetadata(frontier, reached, max_event_ms,
                                                   retention=retention))
 
+    def unsent(self, partition: PartitionKey, frontier: int | None) -> bool:
+        """Some message of ``partition`` has rows in a window ending after ``frontier``:
+        rows consumed and not yet in emitted output."""
+        through = NO_WINDOW if frontier is None else frontier
+        return any(end > through for _, end in self._pending.get(partition, ()))
+
     def mark_all_done(self) -> None:
         """Every message consumed so far is in emitted output (an early emission)."""
         for queue in self._pending.values():

@@ -299,3 +299,50 @@ def test_early_results_through_both_stages_grow_to_the_final_window() -> None:
     for group, seen in counts.items():
         assert seen == sorted(seen), f"{group}: a provisional count went down: {seen}"
         assert seen[-1] <= finals[group]
+
+
+def test_an_idle_partition_with_rows_in_open_windows_holds_stage_two_back() -> None:
+    """An instance owns a partition gone idle and one just taken over, whose frontier its
+    former owner had moved past the last window: the new one is not idle yet, so the
+    instance's watermark stands and the idle partition's rows of that window are still
+    open here, unsent. Its progress record must not tell stage 2 the partition is idle
+    (stage 2 then leaves its frontier out): the window would go out without those rows,
+    and they would follow as late partials (seen in the rebalance storm's last windows)."""
+    sections: Sections = {"output": {"late_topic": LATE}}
+    broker = FakeBroker()
+    for topic, partitions in ((SOURCE, INPUTS), (REPARTITION, PARTS), (SINK, 1), (LATE, 1)):
+        broker.create_topic(topic, partitions)
+    clock = Clock()
+    a, b = Instance(broker, "a", clock, sections), Instance(broker, "b", clock, sections)
+    a.consumer.rebalance("assign", [(SOURCE, 0), (SOURCE, 1), (SOURCE, 2),
+                                    *((REPARTITION, k) for k in range(PARTS))])
+    rng = random.Random(5)
+    sent = []
+    for window in range(4):
+        for partition in range(INPUTS):
+            table = batch(rng, window * SIZE_MS, 20)
+            sent.append(table)
+            broker.produce(SOURCE, partition, encode_ipc_stream(table))
+
+    def run(turns: int) -> None:
+        for _ in range(turns):
+            a.processor.run_once()
+            b.processor.run_once()
+            clock.now_ms += 100
+
+    run(30)  # a's partitions idle: a sends every window; stage 2 waits for input 3
+    b.consumer.rebalance("assign", [(SOURCE, 3)])
+    run(5)  # b reads input 3: its last window stays open on b's watermark
+    a.consumer.rebalance("revoke", [(SOURCE, 0)])
+    b.consumer.rebalance("assign", [(SOURCE, 0)])  # done through the end, not idle on b yet
+    run(40)
+
+    assert broker.topics[LATE][0] == [], "a window went out before input 3's partials"
+    rows = pl.concat([pl.DataFrame(t) for t in sent])
+    expected = rows.group_by(
+        (pl.col("ts").dt.epoch("ms") // SIZE_MS * SIZE_MS).alias("window_start"), "site",
+    ).agg(pl.col("reading").sum(), pl.len().cast(pl.Int64).alias("row_count"))
+    columns = ["window_start", "site", "reading", "row_count"]
+    assert_frame_equal(output_rows(broker).select(columns).sort("window_start", "site"),
+                       expected.select(columns).sort("window_start", "site"),
+                       check_exact=False, rel_tol=1e-9)

@@ -300,8 +300,14 @@ class TimeWindowEngine:
     # -- progress, for the scale-out's stage 1 -----------------------------------------
 
     def frontiers(self, now_ms: int) -> dict[PartitionKey, tuple[int | None, bool]]:
-        """Each assigned partition's emitted frontier, and whether it is idle."""
-        return {partition: (progress.frontier, self._watermarks.idle(partition, now_ms))
+        """Each assigned partition's emitted frontier, and whether it is idle: quiet for
+        the idle timeout *and* with nothing unsent. Stage 2 leaves an idle partition's
+        frontier out of its floor, yet a quiet partition's rows may still wait here in
+        open windows, held by another partition's watermark (one just taken over, whose
+        restored frontier is past them, say): until they are sent it is not idle to
+        stage 2, or the windows go out without them (as the session runs do)."""
+        return {partition: (progress.frontier, self._watermarks.idle(partition, now_ms)
+                            and not self._offsets.unsent(partition, progress.frontier))
                 for partition, progress in self._progress.items()}
 
     def advance_idle(self, floor_ms: int, now_ms: int) -> None:

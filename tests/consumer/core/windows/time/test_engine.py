@@ -293,6 +293,22 @@ def test_a_partition_taken_over_mid_pause_does_not_close_the_idle_ones_windows()
     assert starts(engine.close_due(5_650)) == [1_000, 2_000]
 
 
+def test_a_quiet_partition_is_idle_to_stage_two_only_once_its_rows_are_sent() -> None:
+    """Stage 2 of the scale-out leaves an idle partition's frontier out of its floor. P0
+    falls quiet with a row in [1000, 2000), which stays open: P1, just taken over with its
+    frontier restored past that window, is not idle yet. P0 is not reported idle until the
+    window is sent (all idle: it closes), or stage 2 would emit it without P0's row."""
+    engine = time_engine(idle_timeout_ms=1_000)
+    engine.assign(P0, None, None, now_ms=0)
+    feed(engine, P0, 0, [("a", 1_500, 1.0, 1, 1.0)], now_ms=0)
+    engine.assign(P1, 5, CommitMetadata(frontier=2_000, position=5, max_event_ms=1_900),
+                  now_ms=500)
+    assert engine.close_due(1_050) == []  # P0 quiet; P1's watermark 1900 holds the window
+    assert engine.frontiers(1_050) == {P0: (1_900, False), P1: (2_000, False)}
+    assert starts(engine.close_due(1_500)) == [1_000]  # all idle
+    assert engine.frontiers(1_500) == {P0: (2_000, True), P1: (2_000, True)}
+
+
 def test_commit_points_follow_the_closed_windows() -> None:
     engine = time_engine()
     engine.assign(P0, None, None, now_ms=0)

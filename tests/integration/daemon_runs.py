@@ -123,6 +123,7 @@ def run_with_faults(bootstrap: str, config: Path, log: Path, data: list[tuple[in
     finally:
         if daemon.poll() is None:
             daemon.kill()
+            daemon.wait(10)  # reaped, or Popen warns in a later test
     return codes
 
 

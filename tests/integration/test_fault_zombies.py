@@ -118,6 +118,7 @@ def test_zombie_with_the_same_transactional_id_is_fenced_and_exits_non_zero(
         for process in (zombie, successor):
             if process is not None and process.poll() is None:
                 process.kill()
+                process.wait(10)  # reaped, or Popen warns in a later test
     figures = check_output(bootstrap, sink, chunks, *logs)
     write_figures("zombie", {"zombie_exit": code, "zombie_last_line": last_line,
                              "successor_exit": successor_code, **figures})
@@ -168,6 +169,7 @@ def test_a_stalled_instance_cannot_commit_a_duplicate_window(
         for process in (stalled, other):
             if process is not None and process.poll() is None:
                 process.kill()
+                process.wait(10)  # reaped, or Popen warns in a later test
     figures = check_output(bootstrap, sink, chunks, *logs)
     refused = refusals(logs[0])
     write_figures("stalled", {"exit_codes": codes, "stalled_s": stalled_s,
@@ -208,6 +210,7 @@ def test_an_instance_stopped_past_its_idle_timeout_turns_nothing_that_came_meanw
     finally:
         if daemon.poll() is None:
             daemon.kill()
+            daemon.wait(10)  # reaped, or Popen warns in a later test
     figures = check_output(bootstrap, sink, chunks, log)
     write_figures("stopped_past_idle", {"exit_code": code, **figures})
     assert code == 0

@@ -211,6 +211,7 @@ def test_sigkills_while_late_rows_revise_windows_lose_and_repeat_nothing(
     finally:
         if daemon.poll() is None:
             daemon.kill()
+            daemon.wait(10)  # reaped, or Popen warns in a later test
     messages = [m for m in read_output(bootstrap, sink, idle_timeout_s=3.0)
                 if m.start_ms < T0 + 60_000]  # not the last rows' window
     late = late_rows(bootstrap, late_topic, 1)

@@ -158,6 +158,7 @@ def test_sigkills_while_late_rows_revise_sessions_of_buffered_aggregates(
     finally:
         if daemon.poll() is None:
             daemon.kill()
+            daemon.wait(10)  # reaped, or Popen warns in a later test
     messages = [m for m in read_output(bootstrap, sink, idle_timeout_s=1.5)
                 if m.start_ms < T0 + AHEAD_MS]
     late = late_rows(bootstrap, late_topic, 1, quiet_s=1.0)

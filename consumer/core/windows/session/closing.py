@@ -113,8 +113,9 @@ class ClosedThrough:
         return None if seq is None else int(seq)  # type: ignore[arg-type]
 
     def release(self) -> None:
-        """Stop holding the closed sessions' rows replayable (too many keys to list: the
-        engine lets every consumed row go, docs/design.md)."""
+        """Stop holding the closed sessions' rows replayable: every consumed row went out
+        (an early revision), or every partition is idle and the commit should reach the
+        end of the input (docs/design.md)."""
         if self._frame is not None:
             self._frame = self._frame.with_columns(pl.lit(NO_SEQ, pl.Int64).alias(CT_FIRST_SEQ))
 

@@ -290,7 +290,7 @@ class SessionWindowEngine:
             self._advance(through)
             if not watermark.all_idle:  # event time stands still: kept sessions stay
                 self._late.expire(through)
-        self._prune()
+        self._prune(let_go=watermark.all_idle)
         return self._early.saw(closed + self._overflow(now_ms))
 
     def _advance(self, through_ms: int) -> None:
@@ -311,24 +311,24 @@ class SessionWindowEngine:
         if self._replay is not None:
             return []  # the rebuilt sessions are not known yet: the replay comes first
         self._late.forget_kept(self._closed_through)
-        # No consumed row may be replayed now, as its session went out: the sessions
-        # closed a gap before the frontier stop holding theirs too (docs/design.md).
-        self._late.release()
         emptied = self._open.empty_out()
         early = self._output.windows(emptied, final=False)
         self._open.forget(emptied)
-        self._prune()
+        self._prune(let_go=True)
         return self._early.saw(early)
 
     def _min_seq(self) -> int | None:
-        seqs = [self._open.min_seq(), self._late.replay_from(self._closed_through),
+        replay = None if self._replay is None else self._replay.min_seq()
+        seqs = [self._open.min_seq(), self._late.replay_from(self._closed_through), replay,
                 *(seq for _, seq, _ in self._unreported)]
-        if self._replay is not None:
-            seqs.append(self._replay.min_seq())
         return min((s for s in seqs if s is not None), default=None)
 
-    def _prune(self) -> None:
-        """Forget polls, listed keys and closed keys nothing can replay or reach."""
+    def _prune(self, *, let_go: bool = False) -> None:
+        """Forget polls, listed keys and closed keys nothing can replay or reach.
+        ``let_go``: every consumed row went out (an early revision), or all partitions
+        are idle: no closed session holds its rows for a replay (docs/design.md)."""
+        if let_go:
+            self._late.release()
         min_seq = self._min_seq()
         self._polls.prune(min_seq)
         self._late.prune(min_seq, self._closed_through)
@@ -367,8 +367,7 @@ class SessionWindowEngine:
         return points
 
     def frontiers(self, now_ms: int) -> dict[PartitionKey, tuple[int | None, bool]]:
-        """Each assigned partition's frontier, and whether it is idle (the scale-out's
-        progress; configuration keeps sessions out of the scale-out for now)."""
+        """Each assigned partition's frontier, and whether it is idle."""
         return {partition: (progress.frontier, self._watermarks.idle(partition, now_ms))
                 for partition, progress in self._progress.items()}
 
@@ -384,9 +383,7 @@ class SessionWindowEngine:
         """Sessions hold one state each: nothing is pending."""
 
     def cardinality(self) -> int:
-        replay = 0 if self._replay is None else len(self._replay.sessions) + sum(
-            h.rows.height for h in self._replay.held)
-        return len(self._open) + replay
+        return len(self._open) + (0 if self._replay is None else self._replay.cardinality())
 
     def buffered_values(self) -> int:
         return 0 if self._values is None else self._values.count()
@@ -395,8 +392,7 @@ class SessionWindowEngine:
         """Open sessions, and what waits: rebuilt sessions and held polls of a replay,
         late rows not handed out yet (a replay that ended on idleness leaves them for
         the next poll, and holds their offsets until then)."""
-        replay = 0 if self._replay is None else len(self._replay.sessions) + len(
-            self._replay.held)
+        replay = 0 if self._replay is None else len(self._replay.sessions) + len(self._replay.held)
         return len(self._open) + replay + len(self._unreported)
 
 

@@ -61,6 +61,10 @@ class SessionReplay:
     held: list[HeldPoll] = field(default_factory=list)
     skipped_rows: int = 0
 
+    def cardinality(self) -> int:
+        """Groups held: the rebuilt sessions and the rows of the polls that wait."""
+        return len(self.sessions) + sum(h.rows.height for h in self.held)
+
     def restore(self, closed: Sequence[tuple[int, int]]) -> None:
         for key_hash, through_ms in closed:
             self.listed[key_hash] = max(through_ms, self.listed.get(key_hash, through_ms))

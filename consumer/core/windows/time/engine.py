@@ -310,21 +310,6 @@ class TimeWindowEngine:
                             and not self._offsets.unsent(partition, progress.frontier))
                 for partition, progress in self._progress.items()}
 
-    def advance_idle(self, floor_ms: int, now_ms: int) -> None:
-        """Idle partitions stop holding the global frontier back: their frontier moves
-        up to ``floor_ms`` (where the live partitions elsewhere are), but stays below
-        every window still open here, which may hold their rows."""
-        ends = self._store.open_windows().values()
-        cap = min(floor_ms, min(ends) - 1) if ends else floor_ms
-        for partition, progress in self._progress.items():
-            if self._watermarks.idle(partition, now_ms) and not self.replaying(partition):
-                progress.frontier = later(progress.frontier, cap)
-
-    def raise_floor(self, floor_ms: int) -> None:
-        """A partition assigned without a commit of its own starts at ``floor_ms`` at
-        least: windows ending there are complete elsewhere already."""
-        self._closed_through = later(self._closed_through, floor_ms)
-
     def emit_early(self, now_ms: int) -> list[ClosedWindow]:  # noqa: ARG002
         """Emit every open window as a non-final revision and start them afresh, so the
         groups held stay within the memory budget; all consumed input is then emitted.

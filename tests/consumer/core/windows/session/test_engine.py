@@ -295,6 +295,18 @@ def test_a_row_reaching_a_session_closed_within_a_gap_of_the_frontier_is_late_af
     assert_frame_equal(emitted(output.windows), session_reference(kept, 100))
 
 
+def test_once_every_partition_is_idle_the_commit_reaches_the_end_of_the_input() -> None:
+    messages = {P0: [[row("a", 1_000)], [row("z", 1_150)]]}
+    daemon = MiniDaemon(messages, gap_ms=100)
+    for _ in range(2):
+        daemon.poll([P0])
+        daemon.flush()
+    assert committable(daemon.engine)[P0].offset == 0  # a row could still reopen a's
+    daemon.flush(daemon.now + 60_000)  # idle: z closes, nothing is left to wait for
+    assert starts_ends(daemon.output.windows) == [(1_000, 1_100), (1_150, 1_250)]
+    assert committable(daemon.engine)[P0].offset == 2
+
+
 def test_a_late_row_in_the_last_gap_is_listed_so_a_replay_still_skips_its_session() -> None:
     # a's [1000, 1150) is emitted; the late 1120 would reopen it, and a's next session
     # starts at 1200, within a gap of it. Replayed, the three would chain into one

@@ -5,6 +5,7 @@ window closed by one end-of-window marker per repartition partition."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import duckdb
 import polars as pl
@@ -56,6 +57,14 @@ class Instance:
             self.consumer, FakeSink(broker), build_two_stages(config, partitions),
             topics=[SOURCE, REPARTITION], processing=config.processing, clock=clock)
         self.processor.subscribe()
+
+
+def run_turns(clock: Clock, instances: Sequence[Instance], turns: int) -> None:
+    """``turns`` times: each instance turns once, then 100 ms pass."""
+    for _ in range(turns):
+        for instance in instances:
+            instance.processor.run_once()
+        clock.now_ms += 100
 
 
 def batch(rng: random.Random, start_ms: int, rows: int) -> pa.Table:
@@ -235,22 +244,16 @@ def test_late_rows_revise_the_windows_stage_two_emitted_and_later_ones_are_late(
         sent.append(table)
         broker.produce(SOURCE, partition, encode_ipc_stream(table))
 
-    def run(turns: int) -> None:
-        for _ in range(turns):
-            a.processor.run_once()
-            b.processor.run_once()
-            clock.now_ms += 100
-
     for window in range(5):
         for partition in range(INPUTS):
             publish(partition, batch(rng, window * SIZE_MS, 30))
-    run(10)  # windows 0-3 out (window 4 holds the frontiers at 4000)
+    run_turns(clock, (a, b), 10)  # windows 0-3 out (window 4 holds the frontiers at 4000)
     revising = [batch(rng, 3 * SIZE_MS, 5), batch(rng, 2 * SIZE_MS, 5)]
     too_late = batch(rng, 0, 7)  # window 0 ends 1000: 2500 before the frontier, or more
     publish(0, revising[0])
     publish(3, revising[1])
     publish(2, too_late)
-    run(80)
+    run_turns(clock, (a, b), 80)
 
     rows = pl.concat([pl.DataFrame(t) for t in sent[:-1]])  # all but the late rows
     expected = rows.group_by(
@@ -324,18 +327,14 @@ def test_an_idle_partition_with_rows_in_open_windows_holds_stage_two_back() -> N
             sent.append(table)
             broker.produce(SOURCE, partition, encode_ipc_stream(table))
 
-    def run(turns: int) -> None:
-        for _ in range(turns):
-            a.processor.run_once()
-            b.processor.run_once()
-            clock.now_ms += 100
-
-    run(30)  # a's partitions idle: a sends every window; stage 2 waits for input 3
+    # a's partitions idle: a sends every window; stage 2 waits for input 3
+    run_turns(clock, (a, b), 30)
     b.consumer.rebalance("assign", [(SOURCE, 3)])
-    run(5)  # b reads input 3: its last window stays open on b's watermark
+    # b reads input 3: its last window stays open on b's watermark
+    run_turns(clock, (a, b), 5)
     a.consumer.rebalance("revoke", [(SOURCE, 0)])
     b.consumer.rebalance("assign", [(SOURCE, 0)])  # done through the end, not idle on b yet
-    run(40)
+    run_turns(clock, (a, b), 40)
 
     assert broker.topics[LATE][0] == [], "a window went out before input 3's partials"
     rows = pl.concat([pl.DataFrame(t) for t in sent])

@@ -208,6 +208,12 @@ def producer_config(kafka: KafkaSettings, processing: ProcessingSettings, *,
     if processing.guarantee == "exactly_once":
         config["transactional.id"] = f"{kafka.group_id}-{instance_id(processing)}"
         config["transaction.timeout.ms"] = 60_000
+        # A transactional request sent as the broker went down waited out librdkafka's
+        # request timeout (socket.timeout.ms, which the transaction timeout caps at 60 s)
+        # whatever timeout the call was given: send_offsets_to_transaction(..., 30)
+        # returned "Timed out (after 60042ms)", the run loop stalled a minute after a
+        # 2 s outage. A shorter one bounds the stall; the call is then retried.
+        config["socket.timeout.ms"] = 20_000
     return {**config, **kafka.producer}
 
 

@@ -82,8 +82,7 @@ class SessionWindowEngine:
         buffer = ValueBuffer.for_plan(plan, (SID,))
         self._values = None if buffer is None else SessionValues(buffer)
         self._open = SessionSet(self._aggregator, self._keys, spec, self._sids, self._values)
-        self._output = SessionOutput(self._aggregator, self._keys, self._values,
-                                     revising=revise_within_ms is not None)
+        self._output = SessionOutput(self._aggregator, self._keys, self._values)
         self._late: LatePolicy = LateRows(self._open, self._keys, spec) \
             if revise_within_ms is None else RevisingRows(self._open, self._keys, spec,
                                                            revise_within_ms)

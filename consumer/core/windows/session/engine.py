@@ -119,6 +119,7 @@ class SessionWindowEngine:
         progress.restored_max_ms = metadata.max_event_ms
         self._late.restore(metadata.kept_sessions)
         self._early.restore(metadata.revisions_through)
+        self._early.number_new(self._open)
         # Rows from `waiting` on were consumed but never taken into a session: new again.
         until = metadata.position if metadata.waiting is None else min(
             metadata.position, metadata.waiting)

@@ -79,6 +79,9 @@ class SessionSet:
         self._sids = sids
         self._values = values
         self._open: pl.DataFrame | None = None
+        # The revision a new session numbers from: past those committed before a restart
+        # (provisional.py).
+        self.first_revision = 0
 
     def __len__(self) -> int:
         return 0 if self._open is None else self._open.height
@@ -109,7 +112,7 @@ class SessionSet:
             pl.lit(0, pl.Int64).alias(EARLY_REVISIONS), FRONTIER,
             pl.col(FIRST).alias(STATE_FIRST), pl.col(LAST).alias(STATE_LAST),
             pl.lit(value=False).alias(SCATTERED), pl.lit(value=False).alias(KEPT),
-            pl.lit(0, pl.Int64).alias(NEXT_REVISION),
+            pl.lit(self.first_revision, pl.Int64).alias(NEXT_REVISION),
             pl.lit([], pl.List(pl.Int64)).alias(REPLACES),
         )
         return state.join(meta, on=SID)

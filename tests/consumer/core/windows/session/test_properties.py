@@ -137,6 +137,11 @@ def per_key(rows: pl.DataFrame, count: pl.Expr) -> pl.DataFrame:
 @given(rows0=st.lists(rows_st, max_size=14), rows1=st.lists(rows_st, max_size=14),
        cuts=st.lists(st.integers(0, 4), min_size=8, max_size=8), steps=steps_with_early_st,
        gap_ms=gaps, max_session_ms=maxima)
+# An early revision, a crash, a row of the same keys and start, another early revision:
+# the second delta must not repeat the first one's revision.
+@example(rows0=[("a", 1, 0.0, 0, 0.0)] * 2, rows1=[], cuts=[1] * 8,
+         steps=[([P0], "flush+early+crash"), ([P0], "flush+early")], gap_ms=50,
+         max_session_ms=None)
 def test_crashes_with_rows_in_any_order_never_duplicate_or_lose_a_row(
     *, rows0: list[Row], rows1: list[Row], cuts: list[int],
     steps: list[tuple[list[PartitionKey], str]], gap_ms: int, max_session_ms: int | None,
@@ -149,9 +154,14 @@ def test_crashes_with_rows_in_any_order_never_duplicate_or_lose_a_row(
         "k", nulls_last=True)
     expected = per_key(frame([*rows0, *rows1]), pl.len()).sort("k", nulls_last=True)
     assert_frame_equal(counted, expected)
-    # A session's final result is emitted once.
+    # A session's final result is emitted once, and no row repeats another's keys, start,
+    # revision and kind: subscribers skip such a row as a repeat (docs/wire-format.md).
     finals = emitted([w for w in output.windows if w.final]).select("k", "window_start")
     assert finals.height == finals.unique().height
+    named = pl.concat([w.frame.select("k", "window_start").with_columns(
+        pl.lit(w.revision).alias("revision"), pl.lit(w.kind).alias("kind"))
+        for w in output.windows] or [pl.DataFrame()])
+    assert named.height == named.unique().height
 
 
 def no_crash_after_early(steps: list[tuple[list[PartitionKey], str]],

@@ -2,15 +2,17 @@
 session that went out early in deltas), with every revision applied.
 
 Each row of session output is a session with its own bounds, identified by its keys and
-``window_start``. With ``window.late: revise`` a row also names, in ``replaces``, the
-``window_start`` of the emitted sessions of its keys it replaces: a late row extended
-or bridged them. docs/wire-format.md ("Session windows") gives the rule this applies:
-remove the replaced sessions; then a ``delta`` row adds to the session of its keys and
-``window_start`` (kept here as one more row), any other row is that session's whole
-result now, but for what ``delta`` rows hold of it (after a restart the daemon may no
-longer know of a session's early revisions, and sends the rest of it whole). A row
-whose session already holds one of its revision and kind is a repeat (at-least-once
-output) and is skipped.
+``window_start``. A row also names, in ``replaces``, the ``window_start`` of the emitted
+sessions of its keys it replaces: a late row extended or bridged them (``window.late:
+revise``), or a session that went out early moved its start or merged. docs/wire-format.md
+("Session windows") gives the rule this applies: of the replaced sessions, remove those
+a ``full`` or ``update`` row gave (the row holds their rows) and move those ``delta``
+rows gave to the row's ``window_start`` (their rows are not in it); then a ``delta`` row
+adds to the session of its keys and ``window_start`` (kept here as one more row), any
+other row is that session's whole result now, but for what ``delta`` rows hold of it
+(after a restart the daemon may no longer know of a session's early revisions, and sends
+the rest of it whole). A row whose session already holds one of its revision and kind is
+a repeat (at-least-once output) and is skipped.
 
 Provisional rows (early results, ``window.emit_every_ms``: ``final: false``, kind
 ``update``) are open sessions as they stood: a later row of the same keys supersedes
@@ -38,6 +40,7 @@ MAX_HELD_SESSIONS = 100_000
 _REVISION = "__revision"
 _KIND = "__kind"
 _GONE = "__replaced_start"
+_INTO = "__replacing_start"
 _PROVISIONAL = "__provisional"
 _FROM = "__superseding_start"
 _TO = "__superseding_end"
@@ -75,7 +78,8 @@ class SessionTable:
         return replace(whole, replaced=self.apply(whole))
 
     def apply(self, window: OutputWindow) -> pl.DataFrame:
-        """Apply one whole revision; return the rows it took out."""
+        """Apply one whole revision; return the rows it took out (those it moved to its
+        own sessions' starts too, as they stood)."""
         keys = list(window.keys or ())
         provisional = not window.final and window.kind == "update"
         rows = window.frame.with_columns(pl.lit(window.revision, pl.Int64).alias(_REVISION),
@@ -87,16 +91,22 @@ class SessionTable:
         on = [*keys, "window_start"]
         rows = rows.join(self._held.select(*on, _REVISION, _KIND), on=[*on, _REVISION, _KIND],
                          how="anti", nulls_equal=True, maintain_order="left")  # repeats
-        gone = pl.concat([
-            self._held.join(self._replaced(rows, keys), on=on, how="semi", nulls_equal=True),
-            self._superseded(rows, keys)]).unique()
+        replaced = self._held.join(self._replaced(rows, keys), on=on, nulls_equal=True)
+        from_deltas = pl.col(_KIND) == "delta"
+        moved = replaced.filter(from_deltas & (pl.col("window_start") != pl.col(_INTO)))
+        gone = pl.concat([replaced.filter(~from_deltas).drop(_INTO),
+                          self._superseded(rows, keys)]).unique()
         if window.kind != "delta":  # whole: it replaces its own session, bar the deltas
             gone = pl.concat([gone, self._held.filter(pl.col(_KIND) != "delta").join(
                 rows.select(on), on=on, how="semi", nulls_equal=True)]).unique()
-        self._held = self._held.join(gone.select(*on, _REVISION, _KIND),
+        taken_out = pl.concat([gone, moved.drop(_INTO)])
+        self._held = self._held.join(taken_out.select(*on, _REVISION, _KIND),
                                      on=[*on, _REVISION, _KIND], how="anti", nulls_equal=True)
+        # Deltas' rows are in no later row: they add up under the start of the row that
+        # took their session in.
+        self._store(moved.with_columns(pl.col(_INTO).alias("window_start")).drop(_INTO))
         self._store(rows)
-        return gone.drop(_REVISION, _KIND, _PROVISIONAL)
+        return taken_out.drop(_REVISION, _KIND, _PROVISIONAL)
 
     def _superseded(self, rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
         """The held provisional rows of ``rows``' keys that start within their bounds."""
@@ -111,12 +121,15 @@ class SessionTable:
 
     @staticmethod
     def _replaced(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-        """(keys, window_start) of the sessions ``rows`` name as replaced."""
+        """(keys, window_start) of the sessions ``rows`` name as replaced, and ``_INTO``:
+        the ``window_start`` of the row naming each."""
         if REPLACES_COLUMN not in rows.columns:
-            return rows.select(*keys, "window_start").clear()
-        named = rows.select(*keys, pl.col(REPLACES_COLUMN).alias(_GONE)).explode(_GONE)
+            return rows.select(*keys, "window_start", pl.col("window_start").alias(_INTO)).clear()
+        named = rows.select(*keys, pl.col("window_start").alias(_INTO),
+                            pl.col(REPLACES_COLUMN).alias(_GONE)).explode(_GONE)
         return named.drop_nulls(_GONE).select(
-            *keys, pl.col(_GONE).cast(rows.schema["window_start"]).alias("window_start"))
+            *keys, pl.col(_GONE).cast(rows.schema["window_start"]).alias("window_start"),
+            _INTO)
 
     def _store(self, rows: pl.DataFrame) -> None:
         held = rows if self._held is None else pl.concat([self._held, rows],

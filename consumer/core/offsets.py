@@ -103,9 +103,10 @@ class CommitMetadata:
     ``early``, the windows whose part went out in revisions before it closed and is not
     closed yet: (start, next revision, messages, rows, input rows of the early revisions,
     1 if one of them emptied the part), so that numbering and the end-of-window marker's
-    counts survive a restart. Session windows with early results (``window.emit_every_ms``)
-    only: ``revisions_through``, the highest revision any session took, which a restart
-    numbers on from (consumer/core/windows/session/provisional.py)."""
+    counts survive a restart. Session windows with early results (``window.emit_every_ms``),
+    or once an early revision (a delta) went out: ``revisions_through``, the highest
+    revision any session took, which a restart numbers on from
+    (consumer/core/windows/session/provisional.py)."""
 
     frontier: int | None
     position: int

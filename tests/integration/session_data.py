@@ -86,7 +86,11 @@ def session_reference(tables: list[pa.Table], gap_ms: int, aggregates: str = SUM
 
 
 def sessions_of(frame: pl.DataFrame) -> pl.DataFrame:
-    """Output rows with epoch-ms bounds, in the reference's order."""
+    """Output rows with epoch-ms bounds, in the reference's order, without ``replaces``:
+    no session of the tests using it went out early or was revised, so none names one."""
+    if "replaces" in frame.columns:
+        assert frame.get_column("replaces").list.len().sum() == 0, "a session replaced one"
+        frame = frame.drop("replaces")
     return frame.with_columns(pl.col("window_end").dt.epoch("ms")).sort(
         ["window_start", *KEYS])
 

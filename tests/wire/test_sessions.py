@@ -1,5 +1,6 @@
 """Session output as a subscriber holds it: replacements take out the sessions they
-name, deltas add up, repeats count once, in Arrow and JSON lines alike."""
+name (deltas named add up under the replacing row's start), deltas add up, repeats count
+once, in Arrow and JSON lines alike."""
 
 from __future__ import annotations
 
@@ -123,6 +124,32 @@ def test_deltas_of_one_session_are_held_as_rows_to_add() -> None:
                                kind="delta"):
             table.add(message)
     assert held(table) == [("a", 0, 2), ("a", 0, 2)]
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "json"])
+def test_a_delta_takes_in_the_deltas_it_replaces_and_drops_the_whole_rows(
+    fmt: OutputFormat,
+) -> None:
+    # a [0, 50) went out whole and is kept (late: revise); a [100, 150) and a [200, 250)
+    # went out early. A row at 60 bridges all three: the delta holds the kept session's
+    # rows and its own, not what the early revisions sent, which add up under its start.
+    table = SessionTable()
+    for message in decoded(sessions(("a", 0, 50, 2, [])), revision=0, fmt=fmt):
+        table.add(message)
+    for message in decoded(sessions(("a", 100, 150, 1, []), ("a", 200, 250, 1, [])),
+                           revision=0, kind="delta", fmt=fmt):
+        table.add(message)
+    (bridged,) = [table.add(m) for m in decoded(
+        sessions(("a", 0, 250, 3, [0, 100, 200])), revision=1, kind="delta", fmt=fmt)]
+    assert bridged is not None
+    assert bridged.replaced is not None
+    assert sorted(bridged.replaced["row_count"].to_list()) == [1, 1, 2]
+    assert held(table) == [("a", 0, 1), ("a", 0, 1), ("a", 0, 3)]
+    # Its closing delta names its own start: the deltas held there stay.
+    for message in decoded(sessions(("a", 0, 300, 1, [0])), revision=2, kind="delta",
+                           fmt=fmt):
+        table.add(message)
+    assert held(table) == [("a", 0, 1), ("a", 0, 1), ("a", 0, 1), ("a", 0, 3)]
 
 
 def test_the_assembler_hands_session_output_to_its_table() -> None:

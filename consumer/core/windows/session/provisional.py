@@ -17,6 +17,13 @@ highest revision any session took (``CommitMetadata.revisions_through``), and on
 replay is over every session rebuilt numbers on past it. Numbers may then skip; none is
 used twice. That also numbers the kept sessions (``window.late: revise``) on: their
 entries in the commit metadata are dropped, so provisional revisions do not fill it.
+
+Early revisions (the memory budget) need the same, whatever the configuration: they let
+the session's rows go, so a restart rebuilds nothing of it, and a row of its keys and
+start after the restart opens a session that would number from 0 again; its delta would
+then repeat the one before (same keys, start, revision and kind), which subscribers skip.
+So once a delta has gone out the engine commits ``revisions_through`` too, and after a
+restart every session, rebuilt or new, numbers on past it.
 """
 
 from __future__ import annotations
@@ -51,10 +58,11 @@ class ProvisionalSessions:
         self._enabled = enabled
         self._since_seq = 0  # sessions holding rows of this poll or later changed
         self._through: int | None = None  # the highest revision any session took
+        self._delta_out = False  # an early revision went out (or did before a restart)
 
     @property
     def revisions_through(self) -> int | None:
-        return self._through if self._enabled else None
+        return self._through if self._enabled or self._delta_out else None
 
     def emit(self, pool: SessionSet, output: SessionOutput, next_seq: int,
              closed_through: int | None = None) -> list[ClosedWindow]:
@@ -84,19 +92,29 @@ class ProvisionalSessions:
         """Note the revisions of ``windows`` (going out); return them."""
         for window in windows:
             self._through = later(self._through, window.revision)
+            self._delta_out = self._delta_out or window.kind == "delta"
         return windows
 
     def restore(self, revisions_through: int | None) -> None:
         """A partition's committed metadata: the highest revision that went out."""
         self._through = later(self._through, revisions_through)
+        self._delta_out = self._delta_out or revisions_through is not None
+
+    def number_new(self, pool: SessionSet) -> None:
+        """After a restart: sessions ``pool`` opens from now on number on past every
+        revision committed (one may have the keys and start of one that went out early)."""
+        through = self.revisions_through
+        if through is not None:
+            pool.first_revision = max(pool.first_revision, through + 1)
 
     def rebuilt(self, pool: SessionSet) -> None:
         """A replay is over: ``pool``'s sessions number on past every revision committed,
         and each goes out again at the next turn."""
         self._since_seq = 0
-        if not self._enabled or self._through is None:
+        through = self.revisions_through
+        if through is None:
             return
-        after = pl.lit(self._through + 1, pl.Int64)
+        after = pl.lit(through + 1, pl.Int64)
         pool.rewrite(lambda held: held.with_columns(
             pl.max_horizontal(NEXT_REVISION, after).alias(NEXT_REVISION)))
 

@@ -65,8 +65,10 @@ class SessionSet:
     With ``window.late: revise``: ``KEPT`` marks an emitted session kept for revisions
     (late rows that reach it merge into it as into an open one, and the merged session
     is open again), ``NEXT_REVISION`` is the revision its next emission gets (a merge
-    numbers on from the highest of its parts), and ``REPLACES`` lists the emitted
-    sessions (their ``FIRST``) it has taken in, which its next emission replaces.
+    numbers on from the highest of its parts). ``REPLACES`` lists the emitted sessions
+    (their ``FIRST``) it has taken in, which its next emission replaces: kept ones, and
+    (whatever ``window.late``) ones an early revision emptied, whose deltas subscribers
+    add up under the start it goes out with.
     """
 
     def __init__(self, aggregator: PartialAggregator, keys: Sequence[str], spec: SessionSpec,
@@ -77,6 +79,9 @@ class SessionSet:
         self._sids = sids
         self._values = values
         self._open: pl.DataFrame | None = None
+        # The revision a new session numbers from: past those committed before a restart
+        # (provisional.py).
+        self.first_revision = 0
 
     def __len__(self) -> int:
         return 0 if self._open is None else self._open.height
@@ -107,7 +112,7 @@ class SessionSet:
             pl.lit(0, pl.Int64).alias(EARLY_REVISIONS), FRONTIER,
             pl.col(FIRST).alias(STATE_FIRST), pl.col(LAST).alias(STATE_LAST),
             pl.lit(value=False).alias(SCATTERED), pl.lit(value=False).alias(KEPT),
-            pl.lit(0, pl.Int64).alias(NEXT_REVISION),
+            pl.lit(self.first_revision, pl.Int64).alias(NEXT_REVISION),
             pl.lit([], pl.List(pl.Int64)).alias(REPLACES),
         )
         return state.join(meta, on=SID)
@@ -262,13 +267,21 @@ class SessionSet:
 
 
 
+# A part that went out under its own start: a kept session (late: revise), or one an
+# early revision emptied and no row has joined since (subscribers add its deltas up there).
+_WENT_OUT_AT_FIRST = pl.col(KEPT) | (pl.col(ROWS) == 0)
+
+
 def _replacing(members: pl.DataFrame) -> tuple[pl.DataFrame, pl.Expr]:
-    """``members`` with a kept session's own start added to its ``REPLACES`` (late:
-    revise), and the aggregation giving a merged session every part's, once each, sorted.
-    The list work is skipped when no part is kept or replaces anything."""
-    if not members.get_column(KEPT).any() and not members.get_column(REPLACES).list.len().max():
+    """``members`` with the own start of each part that went out under it added to its
+    ``REPLACES``, and the aggregation giving a merged session every part's, once each,
+    sorted: its next emission names every start subscribers hold its parts under, as a
+    row before them or a bridging row can move its start. The list work is skipped when
+    no part went out or replaces anything."""
+    if not members.select(_WENT_OUT_AT_FIRST.any()).item() \
+            and not members.get_column(REPLACES).list.len().max():
         return members, pl.lit([], pl.List(pl.Int64)).alias(REPLACES)
-    own = pl.when(pl.col(KEPT)).then(pl.concat_list(REPLACES, FIRST)).otherwise(
+    own = pl.when(_WENT_OUT_AT_FIRST).then(pl.concat_list(REPLACES, FIRST)).otherwise(
         pl.col(REPLACES))
     return (members.with_columns(own.alias(REPLACES)),
             pl.col(REPLACES).list.explode(keep_nulls=False, empty_as_null=False)

@@ -87,11 +87,12 @@ def committable(engine: SessionWindowEngine) -> dict[PartitionKey, CommitPoint]:
 
 
 def emitted(windows: Sequence[ClosedWindow], aggregates: str = SUMS) -> pl.DataFrame:
-    """Every session row of ``windows``, in the reference's order (``aggregates``: the
-    reference's, for the columns of none)."""
+    """Every session row of ``windows``, in the reference's order and without
+    ``replaces`` (``aggregates``: the reference's, for the columns of none)."""
     if not windows:
         return session_reference([], 1, aggregates=aggregates).clear()
-    return pl.concat([w.frame for w in windows]).sort(SORT, nulls_last=True)
+    return pl.concat([w.frame for w in windows]).drop("replaces", strict=False).sort(
+        SORT, nulls_last=True)
 
 
 # -- a run loop in miniature --------------------------------------------------------------
@@ -206,37 +207,46 @@ class MiniDaemon:
 
 def held_sessions(windows: Sequence[ClosedWindow], aggregates: str = SUMS) -> pl.DataFrame:
     """What a subscriber holds after applying ``windows`` in order, as docs/wire-format.md
-    says (written here from that text, not from the engine): each row first removes the
-    sessions of its keys it replaces, which must be held under a lower revision; then a
-    ``delta`` row adds to the session of its keys and window_start, and so does any row
-    to a session held from deltas; any other row must be new there. Returns the held
-    sessions in the reference's order, without ``replaces`` (``aggregates``: the
+    says (written here from that text, not from the engine): each row first takes out the
+    sessions of its keys it replaces, which must be held under a lower revision: one a
+    ``full`` or ``update`` gave is gone, one deltas gave moves to the row's window_start;
+    then a ``delta`` row adds to the session of its keys and window_start, and so does
+    any row to a session held from deltas; any other row must be new there. Returns the
+    held sessions in the reference's order, without ``replaces`` (``aggregates``: the
     reference's, for the columns; only deltas of EVENT_PLAN's sums add up)."""
     held: dict[tuple[object, object], dict[str, Any]] = {}
     for window in windows:
         for row in window.frame.to_dicts():
             row["__revision"] = window.revision
+            at = (row["k"], row["window_start"])
             for start in row.pop("replaces", None) or []:
                 replaced = held.pop((row["k"], start), None)
                 assert replaced is not None, (
                     f"revision {window.revision} replaces {row['k']}@{start}, not held")
                 assert replaced["__revision"] < window.revision
-            at = (row["k"], row["window_start"])
+                if replaced["__delta"]:
+                    replaced["window_start"] = row["window_start"]
+                    held[at] = _added(held[at], replaced) if at in held else replaced
             row["__delta"] = window.kind == "delta"
             if at in held and (window.kind == "delta" or held[at]["__delta"]):
-                before = held[at]
-                row["window_end"] = max(before["window_end"], row["window_end"])
-                for column in ("v_sum", "n_count", "row_count"):
-                    row[column] = before[column] + row[column]
-                row["v_max"] = max(before["v_max"], row["v_max"])
+                held[at] = _added(held[at], row)
             else:
                 assert at not in held, f"{at} emitted twice (revision {window.revision})"
-            held[at] = row
+                held[at] = row
     empty = emitted([], aggregates)
     if not held:
         return empty
     return pl.DataFrame(list(held.values())).select(empty.columns).cast(empty.schema).sort(
         SORT, nulls_last=True)
+
+
+def _added(before: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with ``before`` added up into it (EVENT_PLAN's sums, counts and max)."""
+    row = {**row, "window_end": max(before["window_end"], row["window_end"]),
+           "v_max": max(before["v_max"], row["v_max"])}
+    for column in ("v_sum", "n_count", "row_count"):
+        row[column] = before[column] + row[column]
+    return row
 
 
 def not_late(rows: Sequence[Row], late: Sequence[pl.DataFrame]) -> list[Row]:

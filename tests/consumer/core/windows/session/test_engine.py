@@ -249,6 +249,23 @@ def test_rows_joining_a_session_an_early_revision_emptied_survive_a_crash() -> N
     assert sum(w.input_rows for w in output.windows) + output.late_rows() == 5
 
 
+def test_deltas_after_a_restart_number_on_past_the_early_revisions_before_it() -> None:
+    # The early revision let a@1's row go; after the crash nothing is replayed, and the
+    # second a@1 opens a session of the same keys and start. Numbered from 0 again, its
+    # delta would repeat the first one's (keys, start, revision, kind), and subscribers
+    # skip a repeat (docs/wire-format.md).
+    daemon = MiniDaemon({P0: [[row("a", 1)], [row("a", 1)]]}, gap_ms=50)
+    daemon.poll([P0])
+    daemon.flush(early=True)
+    daemon.crash()
+    daemon.poll([P0])
+    daemon.flush(early=True)
+    output = daemon.finish()
+    assert [(w.revision, w.kind, w.input_rows) for w in output.windows] == [
+        (0, "delta", 1), (1, "delta", 1)]
+    assert starts_ends(output.windows) == [(1, 51), (1, 51)]
+
+
 # -- replay ------------------------------------------------------------------------------
 
 
@@ -403,8 +420,9 @@ def test_too_many_listed_keys_emit_the_open_sessions_early() -> None:
     revisions = engine.close_due(3)
     assert [(w.final, w.input_rows) for w in revisions] == [(False, 2)]
     point = committable(engine)[P0]
+    # A delta went out: the commit says how far numbering went (provisional.py).
     assert point == CommitPoint(3, CommitMetadata(frontier=1_150, position=3,
-                                                  max_event_ms=1_150))
+                                                  max_event_ms=1_150, revisions_through=0))
 
 
 def test_event_time_sessions_need_the_time_column() -> None:

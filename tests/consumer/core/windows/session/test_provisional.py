@@ -41,21 +41,25 @@ def running_view(windows: Sequence[ClosedWindow], aggregates: str | None = None,
                  ) -> pl.DataFrame:
     """What a subscriber keeping a running view holds after ``windows``, applied in order
     as docs/wire-format.md says (written from that text, not from the engine): a row
-    first removes the sessions of its keys named in ``replaces``, and every provisional
-    session of its keys whose window_start lies within its own bounds; then a delta adds
-    to its session, any other row is its session. EVENT_PLAN's columns add up."""
+    first takes out the sessions of its keys named in ``replaces`` (those deltas gave
+    move to its window_start), and removes every provisional session of its keys whose
+    window_start lies within its own bounds; then a delta adds to its session, any other
+    row is its session. EVENT_PLAN's columns add up."""
     held: dict[tuple[Any, datetime], dict[str, Any]] = {}
     for window in windows:
         provisional = not window.final and window.kind == "update"
         for values in window.frame.to_dicts():
-            for start in values.pop("replaces", None) or []:
-                held.pop((values["k"], start), None)
             start, end = values["window_start"], values["window_end"]
+            for gone in values.pop("replaces", None) or []:
+                replaced = held.pop((values["k"], gone), None)
+                if replaced is not None and replaced["__delta"]:
+                    held[(values["k"], start)] = {**replaced, "window_start": start}
             for at in [at for at, h in held.items() if h["__provisional"] and at[0] ==
                        values["k"] and start <= at[1] < end]:
                 del held[at]
             at = (values["k"], start)
             values["__provisional"] = provisional
+            values["__delta"] = window.kind == "delta"
             if window.kind == "delta" and at in held:
                 before = held[at]
                 values["window_end"] = max(before["window_end"], end)
@@ -161,7 +165,7 @@ def test_with_late_revise_a_provisional_merge_names_the_emitted_session_it_takes
     everything = rows + bridge
     assert kinds([merged]) == [(False, 1, "update")]
     assert merged.frame.get_column("replaces").to_list() == [[closed.frame.item(0, 0)]]
-    assert_frame_equal(emitted([merged]).drop("replaces"), session_reference(everything, 100))
+    assert_frame_equal(emitted([merged]), session_reference(everything, 100))
     assert_frame_equal(running_view([closed, told, merged]), session_reference(everything, 100))
     [final] = engine.close_due(FAR)
     assert kinds([final]) == [(True, 2, "update")]

@@ -6,8 +6,9 @@
   when each partition is in time order;
 - with rows in any order, crashes never duplicate or lose a row: each is in exactly one
   committed session or in the late output;
-- and a subscriber applying the committed output as docs/wire-format.md says holds the
-  sort-and-scan sessions of the rows not late, early revisions and all.
+- and a subscriber applying the committed output as docs/wire-format.md says (written
+  from the text here, and wire.sessions.SessionTable) holds the sort-and-scan sessions
+  of the rows not late, early revisions and crashes and all.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from consumer.core.types import PartitionKey
+from consumer.core.types import ClosedWindow, PartitionKey
 from tests.consumer.core.windows.helpers import P0, P1, Row, frame, ref
 from tests.consumer.core.windows.session.harness import (
+    SORT,
     Message,
     MiniDaemon,
     Output,
@@ -30,6 +32,8 @@ from tests.consumer.core.windows.session.harness import (
     session_engine,
     session_reference,
 )
+from wire.output import decode_output, encode_window
+from wire.sessions import SessionTable
 
 rows_st = st.tuples(st.sampled_from(["a", "b", None]), st.integers(0, 3_000),
                     st.integers(-64, 64).map(lambda i: i / 4), st.integers(-100, 100),
@@ -164,27 +168,18 @@ def test_crashes_with_rows_in_any_order_never_duplicate_or_lose_a_row(
     assert named.height == named.unique().height
 
 
-def no_crash_after_early(steps: list[tuple[list[PartitionKey], str]],
-                         ) -> list[tuple[list[PartitionKey], str]]:
-    """``steps`` with no crash once an early revision went out: a restart cannot know the
-    sessions an early revision emptied (their bounds are not in the commit metadata), so
-    their later rows go out as sessions of their own (see the test after this one)."""
-    out, early = [], False
-    for order, action in steps:
-        early = early or "early" in action
-        calm = action.replace("+crash", "").replace("crash", "flush")
-        out.append((order, calm if early else action))
-    return out
-
-
 @given(rows0=st.lists(rows_st, max_size=14), rows1=st.lists(rows_st, max_size=14),
        cuts=st.lists(st.integers(0, 4), min_size=8, max_size=8),
-       steps=steps_with_early_st.map(no_crash_after_early), gap_ms=gaps,
-       max_session_ms=maxima)
+       steps=steps_with_early_st, gap_ms=gaps, max_session_ms=maxima)
 # A row before an early-emitted session's first moves its start: the closing delta names
 # the start it went out under.
 @example(rows0=[], rows1=[("a", 1, 0.0, 0, 0.0)] + [("a", 0, 0.0, 0, 0.0)] * 3,
          cuts=[0] * 7 + [1], steps=[([P1], "flush+early")], gap_ms=50, max_session_ms=None)
+# ... and after a restart, which does not know the emptied session, the rows at 0 go out
+# as a session of their own: its window overlaps the delta's, so they are one.
+@example(rows0=[], rows1=[("a", 1, 0.0, 0, 0.0)] + [("a", 0, 0.0, 0, 0.0)] * 3,
+         cuts=[0] * 7 + [1], steps=[([P1], "flush+early+crash")], gap_ms=50,
+         max_session_ms=None)
 def test_a_subscriber_holds_the_sort_and_scan_sessions_with_rows_in_any_order(
     *, rows0: list[Row], rows1: list[Row], cuts: list[int],
     steps: list[tuple[list[PartitionKey], str]], gap_ms: int, max_session_ms: int | None,
@@ -194,13 +189,35 @@ def test_a_subscriber_holds_the_sort_and_scan_sessions_with_rows_in_any_order(
     expected = session_reference(not_late([*rows0, *rows1], output.late), gap_ms,
                                  max_session_ms)
     assert_frame_equal(held_sessions(output.windows), expected)
+    assert_frame_equal(table_sessions(output.windows), expected)
 
 
-def test_a_restart_after_an_early_revision_holds_rows_that_join_it_apart() -> None:
-    # The documented limit (docs/wire-format.md, "Session windows"): the restart does not
-    # know a@1's session, which the early revision emptied, so the rows at 0 that join it
-    # go out as a session of their own, held apart from its delta; none is lost.
+def table_sessions(windows: list[ClosedWindow]) -> pl.DataFrame:
+    """What ``wire.sessions.SessionTable`` (read_output(complete=True)) holds after the
+    engine's ``windows`` went out as messages, its rows of one session added up."""
+    table = SessionTable()
+    for window in windows:
+        for message in encode_window(
+                window.frame, start_ms=window.start_ms, end_ms=window.end_ms,
+                input_rows=window.input_rows, fmt="arrow", compression="zstd",
+                max_bytes=1_000_000, revision=window.revision, final=window.final,
+                kind=window.kind, keys=["k"], sessions=True):
+            table.add(decode_output(message.value, message.headers))
+    empty = emitted([])
+    held = table.sessions()
+    if held.height == 0:
+        return empty
+    return held.group_by("k", "window_start").agg(
+        pl.col("window_end", "v_max").max(), pl.col("v_sum", "n_count", "row_count").sum(),
+    ).select(empty.columns).cast(empty.schema).sort(SORT, nulls_last=True)
+
+
+def test_rows_joining_a_session_a_restart_forgot_are_one_session_with_its_deltas() -> None:
+    # The restart does not know a@1's session, which the early revision emptied, so the
+    # rows at 0 that join it go out as a session [0, 50) of their own, whole; its window
+    # overlaps the delta's [1, 51), so a subscriber holds one session (wire-format.md).
     rows1 = [("a", 1, 1.0, 1, 1.0)] + [("a", 0, 2.0, 1, 2.0)] * 3
     output = run({P0: [], P1: cut(rows1, [1])}, [([P1], "flush+early+crash")], 50, None)
-    held = pl.concat([session_reference(rows1[:1], 50), session_reference(rows1[1:], 50)])
-    assert_frame_equal(held_sessions(output.windows), held.sort("k", "window_start"))
+    assert [(w.kind, w.frame.get_column("row_count").to_list()) for w in output.windows] == [
+        ("delta", [1]), ("full", [3])]
+    assert_frame_equal(held_sessions(output.windows), session_reference(rows1, 50))

@@ -208,10 +208,10 @@ class MiniDaemon:
 def held_sessions(windows: Sequence[ClosedWindow], aggregates: str = SUMS) -> pl.DataFrame:
     """What a subscriber holds after applying ``windows`` in order, as docs/wire-format.md
     says (written here from that text, not from the engine), each row kept as a part of
-    its session: a repeat (keys, start as sent, revision, kind) is skipped; a row removes
-    the provisional sessions (early results) of its keys starting within its bounds; the
-    sessions of its keys it names in ``replaces`` must be held under a lower revision,
-    and the parts a ``full`` or ``update`` gave are removed; a provisional row is then
+    its session: a repeat (keys, start as sent, revision, kind) is skipped; the sessions
+    of its keys a row names in ``replaces`` must be held under a lower revision, and the
+    parts a ``full`` or ``update`` gave are removed, as are the provisional sessions
+    (early results) of its keys starting within its bounds; a provisional row is then
     held as it is. Where deltas gave part of a session, the row and the held sessions of
     its keys whose windows overlap it are one session, from the earliest start;
     otherwise a ``full`` or ``update`` row must be new at its start. Returns the sessions
@@ -226,14 +226,14 @@ def held_sessions(windows: Sequence[ClosedWindow], aggregates: str = SUMS) -> pl
                 continue
             row.update(__revision=window.revision, __delta=window.kind == "delta",
                        __sent=sent, __provisional=provisional)
-            parts = [p for p in parts if not (  # provisional sessions it supersedes
-                p["__provisional"] and p["k"] == row["k"]
-                and row["window_start"] <= p["window_start"] < row["window_end"])]
             for start in row.pop("replaces", None) or []:
                 named = [p for p in parts if (p["k"], p["window_start"]) == (row["k"], start)]
                 assert named, f"revision {window.revision} replaces {row['k']}@{start}, not held"
                 assert max(p["__revision"] for p in named) < window.revision
                 parts = [p for p in parts if p not in named or p["__delta"]]
+            parts = [p for p in parts if not (  # provisional sessions it supersedes
+                p["__provisional"] and p["k"] == row["k"]
+                and row["window_start"] <= p["window_start"] < row["window_end"])]
             if provisional:
                 parts.append(row)
                 continue

@@ -18,10 +18,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from consumer.core.types import ClosedWindow, PartitionKey
+from consumer.core.types import PartitionKey
 from tests.consumer.core.windows.helpers import P0, P1, Row, frame, ref
 from tests.consumer.core.windows.session.harness import (
-    SORT,
     Message,
     MiniDaemon,
     Output,
@@ -31,9 +30,8 @@ from tests.consumer.core.windows.session.harness import (
     not_late,
     session_engine,
     session_reference,
+    table_sessions,
 )
-from wire.output import decode_output, encode_window
-from wire.sessions import SessionTable
 
 rows_st = st.tuples(st.sampled_from(["a", "b", None]), st.integers(0, 3_000),
                     st.integers(-64, 64).map(lambda i: i / 4), st.integers(-100, 100),
@@ -191,25 +189,6 @@ def test_a_subscriber_holds_the_sort_and_scan_sessions_with_rows_in_any_order(
     assert_frame_equal(held_sessions(output.windows), expected)
     assert_frame_equal(table_sessions(output.windows), expected)
 
-
-def table_sessions(windows: list[ClosedWindow]) -> pl.DataFrame:
-    """What ``wire.sessions.SessionTable`` (read_output(complete=True)) holds after the
-    engine's ``windows`` went out as messages, its rows of one session added up."""
-    table = SessionTable()
-    for window in windows:
-        for message in encode_window(
-                window.frame, start_ms=window.start_ms, end_ms=window.end_ms,
-                input_rows=window.input_rows, fmt="arrow", compression="zstd",
-                max_bytes=1_000_000, revision=window.revision, final=window.final,
-                kind=window.kind, keys=["k"], sessions=True):
-            table.add(decode_output(message.value, message.headers))
-    empty = emitted([])
-    held = table.sessions()
-    if held.height == 0:
-        return empty
-    return held.group_by("k", "window_start").agg(
-        pl.col("window_end", "v_max").max(), pl.col("v_sum", "n_count", "row_count").sum(),
-    ).select(empty.columns).cast(empty.schema).sort(SORT, nulls_last=True)
 
 
 def test_rows_joining_a_session_a_restart_forgot_are_one_session_with_its_deltas() -> None:

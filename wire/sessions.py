@@ -4,17 +4,17 @@ session that went out early in deltas), with every revision applied.
 Each row of session output is a session with its own bounds, identified by its keys and
 ``window_start``. A row also names, in ``replaces``, the ``window_start`` of the emitted
 sessions of its keys it replaces: a late row extended or bridged them (``window.late:
-revise``), or a session that went out early moved its start or merged. docs/wire-format.md
+revise``). docs/wire-format.md
 ("Session windows") gives the rule this applies: a row whose session already holds one
 of its revision and kind (by the start it was sent with) is a repeat (at-least-once
 output) and is skipped; the replaced sessions a ``full`` or ``update`` row gave are
-removed (the row holds their rows); where deltas gave part of a session, the row and the
-held sessions of its keys whose windows overlap it (directly or through each other) are
-one session, under the earliest start among them, their rows kept here as rows to add
-up (a delta's rows are in no later row: the start of a session that went out early can
-move, and a restart does not know the sessions an early revision emptied). Otherwise a
-``delta`` row adds to the session of its keys and ``window_start``, and any other row is
-that session's whole result now.
+removed (the row holds their rows), and so is a session that a ``full`` or ``update``
+row gave at the row's own keys and start, if the row is whole too. Then sessions of the
+same keys whose windows overlap are one session: the row and the held sessions of its
+keys it overlaps (directly or through each other) take the earliest start among them,
+their rows kept here as rows to add up. That joins a session's deltas when its start
+moved, and what a restart sends of a session it does not fully know (an early revision
+let its rows go) to the rest of it.
 
 Provisional rows (early results, ``window.emit_every_ms``: ``final: false``, kind
 ``update``) are open sessions as they stood: a later row of the same keys supersedes
@@ -43,7 +43,6 @@ _REVISION = "__revision"
 _KIND = "__kind"
 _GONE = "__replaced_start"
 _SENT = "__sent_start"  # a row's window_start as the output gave it
-_DELTA = "__from_deltas"
 _ARRIVING = "__arriving"
 _PIECE = "__piece"
 _MERGED = "__merged_start"
@@ -120,11 +119,11 @@ class SessionTable:
             _visible(pl.concat([gone, moved.drop(_MERGED)], how="diagonal_relaxed"))
 
     def _joined(self, rows: pl.DataFrame, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """Sessions of the same keys whose windows overlap are one session: where deltas
-        gave part of one, ``rows`` and the held sessions they overlap (directly or through
-        each other) take the earliest start among them. Returns ``rows`` so started, and
-        the held rows that moved (as they stood, with ``_MERGED``: their new start); the
-        table holds those under their new start already."""
+        """Sessions of the same keys whose windows overlap are one session: ``rows`` and
+        the held sessions they overlap (directly or through each other) take the earliest
+        start among them. Returns ``rows`` so started, and the held rows that moved (as
+        they stood, with ``_MERGED``: their new start); the table holds those under their
+        new start already."""
         assert self._held is not None  # noqa: S101 - called with sessions held
         on = [*keys, "window_start"]
         new = rows.filter(~pl.col(_PROVISIONAL))
@@ -135,9 +134,8 @@ class SessionTable:
             return rows, _none_moved(self._held)
 
         def spans(frame: pl.DataFrame, *, arriving: bool) -> pl.DataFrame:
-            return frame.group_by(on).agg(
-                pl.col("window_end").max(), (pl.col(_KIND) == "delta").any().alias(_DELTA),
-            ).with_columns(pl.lit(arriving).alias(_ARRIVING))
+            return frame.group_by(on).agg(pl.col("window_end").max()).with_columns(
+                pl.lit(arriving).alias(_ARRIVING))
 
         def per_keys(expr: pl.Expr) -> pl.Expr:
             return expr.over(keys) if keys else expr
@@ -150,10 +148,9 @@ class SessionTable:
         every = every.with_columns(per_keys(
             (reach.is_null() | (pl.col("window_start") >= reach)).cum_sum()).alias(_PIECE))
         session = [*keys, _PIECE]
-        moving = every.filter(
-            pl.col(_DELTA).any().over(session) & pl.col(_ARRIVING).any().over(session),
-        ).with_columns(pl.col("window_start").min().over(session).alias(_MERGED)).filter(
-            pl.col("window_start") != pl.col(_MERGED))
+        moving = every.filter(pl.col(_ARRIVING).any().over(session)).with_columns(
+            pl.col("window_start").min().over(session).alias(_MERGED),
+        ).filter(pl.col("window_start") != pl.col(_MERGED))
         if moving.height == 0:
             return rows, _none_moved(self._held)
         held_moving = moving.filter(~pl.col(_ARRIVING)).select(*on, _MERGED)

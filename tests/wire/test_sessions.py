@@ -170,13 +170,17 @@ def test_sessions_join_through_each_other_and_touching_windows_stay_apart() -> N
                            ("a", 200, 4)]
 
 
-def test_whole_sessions_that_overlap_are_not_joined() -> None:
-    # Without deltas a session goes out whole; two whole rows that overlap are revisions
-    # of one (replaces, or provisional rows), never two parts to add up.
+def test_whole_sessions_that_overlap_are_one_session() -> None:
+    # b [0, 300) went out whole; an early revision then let every consumed row go, and
+    # after a restart a row of b at 1 went out as b [1, 301), whole too: one session.
+    # Its own start again is the same session sent whole again: it replaces the held one.
     table = SessionTable()
+    apply(table, sessions(("b", 0, 300, 1, [])), revision=0)
+    apply(table, sessions(("b", 1, 301, 1, [])), revision=1)
+    assert held(table) == [("b", 0, 1), ("b", 0, 1)]
     apply(table, sessions(("a", 0, 50, 1, [])), revision=0)
-    apply(table, sessions(("a", 10, 70, 2, [])), revision=0)
-    assert held(table) == [("a", 0, 1), ("a", 10, 2)]
+    apply(table, sessions(("a", 0, 60, 2, [])), revision=1)
+    assert held(table) == [("a", 0, 2), ("b", 0, 1), ("b", 0, 1)]
 
 
 @pytest.mark.parametrize("fmt", ["arrow", "json"])

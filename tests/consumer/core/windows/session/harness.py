@@ -211,14 +211,15 @@ def held_sessions(windows: Sequence[ClosedWindow], aggregates: str = SUMS) -> pl
     """What a subscriber holds after applying ``windows`` in order, as docs/wire-format.md
     says (written here from that text, not from the engine), each row kept as a part of
     its session: a repeat (keys, start as sent, revision, kind) is skipped; the sessions
-    of its keys a row names in ``replaces`` must be held under a lower revision, and the
-    parts a ``full`` or ``update`` gave are removed, as are the provisional sessions
-    (early results) of its keys starting within its bounds; a provisional row is then
-    held as it is. Where deltas gave part of a session, the row and the held sessions of
-    its keys whose windows overlap it are one session, from the earliest start;
-    otherwise a ``full`` or ``update`` row must be new at its start. Returns the sessions
-    (their parts added up) in the reference's order, without ``replaces``
-    (``aggregates``: the reference's, for the columns; only EVENT_PLAN's sums add up)."""
+    of its keys a row names in ``replaces`` must be held under a lower revision (or a
+    provisional revision took them out), and the parts a ``full`` or ``update`` gave are
+    removed, as are the provisional sessions (early results) of its keys starting within
+    its bounds; a provisional row is then held as it is. A ``full`` or ``update`` row
+    replaces the parts a ``full`` or ``update`` gave at its keys and start; then the row
+    and the held sessions of its keys whose windows overlap it are one session, from the
+    earliest start. Returns the sessions (their parts added up) in the reference's order,
+    without ``replaces`` (``aggregates``: the reference's, for the columns; only
+    EVENT_PLAN's sums add up)."""
     parts: list[dict[str, Any]] = []
     taken_early: set[tuple[object, object]] = set()
     for window in windows:
@@ -244,15 +245,14 @@ def held_sessions(windows: Sequence[ClosedWindow], aggregates: str = SUMS) -> pl
             if provisional:
                 parts.append(row)
                 continue
+            if not row["__delta"]:  # whole: it replaces its own session, bar the deltas
+                parts = [p for p in parts if p["__delta"] or (p["k"], p["window_start"]) != (
+                    row["k"], row["window_start"])]
             joined = _overlapping(parts, row)
-            if row["__delta"] or any(p["__delta"] for p in joined):
-                row["window_start"] = min([row["window_start"],
-                                           *(p["window_start"] for p in joined)])
-                for part in joined:
-                    part["window_start"] = row["window_start"]
-            else:
-                at = (row["k"], row["window_start"])
-                assert not joined, f"{at} emitted twice (revision {window.revision})"
+            row["window_start"] = min([row["window_start"],
+                                       *(p["window_start"] for p in joined)])
+            for part in joined:
+                part["window_start"] = row["window_start"]
             parts.append(row)
     empty = emitted([], aggregates)
     if not parts:

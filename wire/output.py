@@ -42,8 +42,9 @@ HEADER_PART = "arrowagg.part"
 HEADER_END_OF_WINDOW = "arrowagg.end-of-window"
 HEADER_PART_ROWS = "arrowagg.part-rows"
 HEADER_PART_MESSAGES = "arrowagg.part-messages"
-# Session windows: every row carries its own session's bounds (``session``) and lists,
-# in REPLACES_COLUMN, the window_start of the emitted sessions of its keys it replaces.
+# Session windows: every row carries its own session's bounds (``session``); with
+# window.late: revise a row also lists, in REPLACES_COLUMN, the window_start of the
+# emitted sessions of its keys it replaces.
 HEADER_WINDOW_KIND = "arrowagg.window-kind"
 # Session windows with the scale-out: each part's frontier marker ("every session of this
 # part ending at or before T is out", its value T), and on each message of sessions that

@@ -4,15 +4,17 @@ session that went out early in deltas), with every revision applied.
 Each row of session output is a session with its own bounds, identified by its keys and
 ``window_start``. A row also names, in ``replaces``, the ``window_start`` of the emitted
 sessions of its keys it replaces: a late row extended or bridged them (``window.late:
-revise``), or a session that went out early moved its start or merged. docs/wire-format.md
-("Session windows") gives the rule this applies: of the replaced sessions, remove those
-a ``full`` or ``update`` row gave (the row holds their rows) and move those ``delta``
-rows gave to the row's ``window_start`` (their rows are not in it); then a ``delta`` row
-adds to the session of its keys and ``window_start`` (kept here as one more row), any
-other row is that session's whole result now, but for what ``delta`` rows hold of it
-(after a restart the daemon may no longer know of a session's early revisions, and sends
-the rest of it whole). A row whose session already holds one of its revision and kind is
-a repeat (at-least-once output) and is skipped.
+revise``). docs/wire-format.md
+("Session windows") gives the rule this applies: a row whose session already holds one
+of its revision and kind (by the start it was sent with) is a repeat (at-least-once
+output) and is skipped; the replaced sessions a ``full`` or ``update`` row gave are
+removed (the row holds their rows), and so is a session that a ``full`` or ``update``
+row gave at the row's own keys and start, if the row is whole too. Then sessions of the
+same keys whose windows overlap are one session: the row and the held sessions of its
+keys it overlaps (directly or through each other) take the earliest start among them,
+their rows kept here as rows to add up. That joins a session's deltas when its start
+moved, and what a restart sends of a session it does not fully know (an early revision
+let its rows go) to the rest of it.
 
 Provisional rows (early results, ``window.emit_every_ms``: ``final: false``, kind
 ``update``) are open sessions as they stood: a later row of the same keys supersedes
@@ -40,7 +42,10 @@ MAX_HELD_SESSIONS = 100_000
 _REVISION = "__revision"
 _KIND = "__kind"
 _GONE = "__replaced_start"
-_INTO = "__replacing_start"
+_SENT = "__sent_start"  # a row's window_start as the output gave it
+_ARRIVING = "__arriving"
+_PIECE = "__piece"
+_MERGED = "__merged_start"
 _PROVISIONAL = "__provisional"
 _FROM = "__superseding_start"
 _TO = "__superseding_end"
@@ -61,8 +66,10 @@ class SessionTable:
 
     def add(self, message: OutputWindow) -> OutputWindow | None:
         """Take one decoded message of session output; once all chunks of its revision
-        are in, apply it and return it whole, with ``replaced``: the held rows it
-        replaced (and the earlier rows of sessions it gives whole again)."""
+        are in, apply it and return it whole: ``frame``, the rows it put in the table (its
+        own, and the held rows of deltas it joined, under the start of the session they
+        make), and ``replaced``, the held rows it took out (those of a session it gives
+        whole again, and those it moved, as they stood)."""
         # Two parts (scale-out) may send messages alike but for their part, in chunks
         # that arrive interleaved (provisional ones: no frontier batch holds them).
         part = 0 if message.part is None else message.part[0]
@@ -74,39 +81,89 @@ class SessionTable:
         del self._partial[at]
         frames = [collected.chunks[i].frame for i in sorted(collected.chunks)]
         rows = pl.concat([f for f in frames if f.height] or frames[:1], how="vertical_relaxed")
-        whole = replace(message, chunk=(1, 1), frame=rows)
-        return replace(whole, replaced=self.apply(whole))
+        put_in, taken_out = self.apply(replace(message, chunk=(1, 1), frame=rows))
+        return replace(message, chunk=(1, 1), frame=put_in, replaced=taken_out)
 
-    def apply(self, window: OutputWindow) -> pl.DataFrame:
-        """Apply one whole revision; return the rows it took out (those it moved to its
-        own sessions' starts too, as they stood)."""
+    def apply(self, window: OutputWindow) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Apply one whole revision; return the rows it put in and those it took out."""
         keys = list(window.keys or ())
         provisional = not window.final and window.kind == "update"
         rows = window.frame.with_columns(pl.lit(window.revision, pl.Int64).alias(_REVISION),
                                          pl.lit(window.kind).alias(_KIND),
-                                         pl.lit(provisional).alias(_PROVISIONAL))
+                                         pl.lit(provisional).alias(_PROVISIONAL),
+                                         pl.col("window_start").alias(_SENT))
         if self._held is None or self._held.height == 0:
             self._store(rows)
-            return rows.clear().drop(_REVISION, _KIND, _PROVISIONAL)
+            return _visible(rows), _visible(rows.clear())
         on = [*keys, "window_start"]
-        rows = rows.join(self._held.select(*on, _REVISION, _KIND), on=[*on, _REVISION, _KIND],
-                         how="anti", nulls_equal=True, maintain_order="left")  # repeats
-        replaced = self._held.join(self._replaced(rows, keys), on=on, nulls_equal=True)
-        from_deltas = pl.col(_KIND) == "delta"
-        moved = replaced.filter(from_deltas & (pl.col("window_start") != pl.col(_INTO)))
-        gone = pl.concat([replaced.filter(~from_deltas).drop(_INTO),
-                          self._superseded(rows, keys)]).unique()
+        # A repeat (at-least-once output) has the start it was sent with, which a held
+        # row keeps when a later row moves it.
+        rows = rows.join(self._held.select(*keys, _SENT, _REVISION, _KIND),
+                         on=[*keys, _SENT, _REVISION, _KIND], how="anti", nulls_equal=True,
+                         maintain_order="left")
+        # Named sessions that deltas gave are not gone: their rows are in no later row,
+        # and they overlap the row that names them, which joins them below.
+        gone = pl.concat([
+            self._held.filter(pl.col(_KIND) != "delta").join(
+                self._replaced(rows, keys), on=on, how="semi", nulls_equal=True),
+            self._superseded(rows, keys)]).unique()
         if window.kind != "delta":  # whole: it replaces its own session, bar the deltas
             gone = pl.concat([gone, self._held.filter(pl.col(_KIND) != "delta").join(
                 rows.select(on), on=on, how="semi", nulls_equal=True)]).unique()
-        taken_out = pl.concat([gone, moved.drop(_INTO)])
-        self._held = self._held.join(taken_out.select(*on, _REVISION, _KIND),
+        self._held = self._held.join(gone.select(*on, _REVISION, _KIND),
                                      on=[*on, _REVISION, _KIND], how="anti", nulls_equal=True)
-        # Deltas' rows are in no later row: they add up under the start of the row that
-        # took their session in.
-        self._store(moved.with_columns(pl.col(_INTO).alias("window_start")).drop(_INTO))
+        rows, moved = self._joined(rows, keys)
         self._store(rows)
-        return taken_out.drop(_REVISION, _KIND, _PROVISIONAL)
+        return _visible(pl.concat([rows, moved.with_columns(pl.col(_MERGED).alias(
+            "window_start"))], how="diagonal_relaxed").drop(_MERGED, strict=False)), \
+            _visible(pl.concat([gone, moved.drop(_MERGED)], how="diagonal_relaxed"))
+
+    def _joined(self, rows: pl.DataFrame, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Sessions of the same keys whose windows overlap are one session: ``rows`` and
+        the held sessions they overlap (directly or through each other) take the earliest
+        start among them. Returns ``rows`` so started, and the held rows that moved (as
+        they stood, with ``_MERGED``: their new start); the table holds those under their
+        new start already."""
+        assert self._held is not None  # noqa: S101 - called with sessions held
+        on = [*keys, "window_start"]
+        new = rows.filter(~pl.col(_PROVISIONAL))
+        held = self._held.filter(~pl.col(_PROVISIONAL))
+        if keys:
+            held = held.join(new.select(keys).unique(), on=keys, how="semi", nulls_equal=True)
+        if new.height == 0 or held.height == 0:
+            return rows, _none_moved(self._held)
+
+        def spans(frame: pl.DataFrame, *, arriving: bool) -> pl.DataFrame:
+            return frame.group_by(on).agg(pl.col("window_end").max()).with_columns(
+                pl.lit(arriving).alias(_ARRIVING))
+
+        def per_keys(expr: pl.Expr) -> pl.Expr:
+            return expr.over(keys) if keys else expr
+
+        # Sort and scan, as sessions are made: a span starting at or after every earlier
+        # one's end (of its keys) starts another session.
+        every = pl.concat([spans(held, arriving=False), spans(new, arriving=True)]).sort(
+            on, nulls_last=True)
+        reach = per_keys(pl.col("window_end").cum_max().shift(1))
+        every = every.with_columns(per_keys(
+            (reach.is_null() | (pl.col("window_start") >= reach)).cum_sum()).alias(_PIECE))
+        session = [*keys, _PIECE]
+        moving = every.filter(pl.col(_ARRIVING).any().over(session)).with_columns(
+            pl.col("window_start").min().over(session).alias(_MERGED),
+        ).filter(pl.col("window_start") != pl.col(_MERGED))
+        if moving.height == 0:
+            return rows, _none_moved(self._held)
+        held_moving = moving.filter(~pl.col(_ARRIVING)).select(*on, _MERGED)
+        moved = self._held.filter(~pl.col(_PROVISIONAL)).join(held_moving, on=on,
+                                                              nulls_equal=True)
+        self._held = pl.concat([
+            self._held.join(held_moving.select(on), on=on, how="anti", nulls_equal=True),
+            moved.with_columns(pl.col(_MERGED).alias("window_start")).drop(_MERGED)],
+            how="diagonal_relaxed")
+        started = rows.join(moving.filter(pl.col(_ARRIVING)).select(*on, _MERGED), on=on,
+                            how="left", nulls_equal=True, maintain_order="left").with_columns(
+            pl.coalesce(_MERGED, "window_start").alias("window_start")).drop(_MERGED)
+        return started, moved
 
     def _superseded(self, rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
         """The held provisional rows of ``rows``' keys that start within their bounds."""
@@ -121,15 +178,12 @@ class SessionTable:
 
     @staticmethod
     def _replaced(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-        """(keys, window_start) of the sessions ``rows`` name as replaced, and ``_INTO``:
-        the ``window_start`` of the row naming each."""
+        """(keys, window_start) of the sessions ``rows`` name as replaced."""
         if REPLACES_COLUMN not in rows.columns:
-            return rows.select(*keys, "window_start", pl.col("window_start").alias(_INTO)).clear()
-        named = rows.select(*keys, pl.col("window_start").alias(_INTO),
-                            pl.col(REPLACES_COLUMN).alias(_GONE)).explode(_GONE)
+            return rows.select(*keys, "window_start").clear()
+        named = rows.select(*keys, pl.col(REPLACES_COLUMN).alias(_GONE)).explode(_GONE)
         return named.drop_nulls(_GONE).select(
-            *keys, pl.col(_GONE).cast(rows.schema["window_start"]).alias("window_start"),
-            _INTO)
+            *keys, pl.col(_GONE).cast(rows.schema["window_start"]).alias("window_start"))
 
     def _store(self, rows: pl.DataFrame) -> None:
         held = rows if self._held is None else pl.concat([self._held, rows],
@@ -139,10 +193,20 @@ class SessionTable:
         self._held = held
 
     def sessions(self) -> pl.DataFrame:
-        """Every session held, its rows as the output gave them."""
+        """Every session held, its rows as the output gave them (under the start of the
+        session they make, for the rows of deltas joined since)."""
         if self._held is None:
             return pl.DataFrame()
-        return self._held.drop(_REVISION, _KIND, _PROVISIONAL)
+        return _visible(self._held)
+
+
+def _none_moved(held: pl.DataFrame) -> pl.DataFrame:
+    return held.clear().with_columns(pl.col("window_start").alias(_MERGED))
+
+
+def _visible(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` without the table's own columns."""
+    return rows.drop(_REVISION, _KIND, _PROVISIONAL, _SENT, strict=False)
 
 
 @dataclass

@@ -47,8 +47,9 @@ def plan_for(settings: Settings, schema: pa.Schema) -> AggregationPlan:
 
 def _reserved(settings: Settings) -> tuple[str, ...]:
     """Result columns of the daemon's own that an input column must not be named."""
-    sessions = (REPLACES_COLUMN,) if settings.window.kind == "session" else ()
-    return (REVISION, *sessions) if settings.window.late == "revise" else sessions
+    if settings.window.late != "revise":
+        return ()
+    return (REVISION, REPLACES_COLUMN) if settings.window.kind == "session" else (REVISION,)
 
 
 def pinned_schema(aggregation: AggregationSettings) -> pa.Schema | None:

@@ -101,10 +101,8 @@ def test_every_mode_emits_the_documented_schema(mode: str, dictionary: bool) -> 
     if mode in SHOWN:
         assert SHOWN[mode] in {kind for _, kind in found}
     for schema, _ in found:
-        # window.late: revise adds its documented revision column last; sessions, the
-        # emitted sessions each row replaces.
+        # window.late: revise adds its documented revision column last.
         expected = DOCUMENTED.append(pa.field("revision", pa.int64())) if (
-            mode == "revisions") else DOCUMENTED.append(
-            pa.field("replaces", pa.large_list(UTC_MS))) if mode == "sessions" else DOCUMENTED
+            mode == "revisions") else DOCUMENTED
         assert schema.remove_metadata() == expected
         assert all(field.metadata is None for field in schema), "no Polars-private metadata"

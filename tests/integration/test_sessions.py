@@ -50,7 +50,7 @@ def test_session_windows_equal_the_reference(bootstrap: str, topic_factory: Topi
 
     assert got.columns == ["window_start", "window_end", *KEYS, "reading_sum", "reading_count",
                            "reading_min", "reading_max", "power", "error_count", "δ_max",
-                           "row_count", "replaces"]
+                           "row_count"]
     sessions = got.select("window_start", *KEYS)
     assert sessions.height == sessions.unique().height, "a session was emitted twice"
     assert daemon.processor.counters.late_rows == 0

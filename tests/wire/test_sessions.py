@@ -126,6 +126,63 @@ def test_deltas_of_one_session_are_held_as_rows_to_add() -> None:
     assert held(table) == [("a", 0, 2), ("a", 0, 2)]
 
 
+def apply(table: SessionTable, frame: pl.DataFrame, *, revision: int,
+          kind: RevisionKind = "full", fmt: OutputFormat = "arrow") -> OutputWindow:
+    (whole,) = [w for m in decoded(frame, revision=revision, kind=kind, fmt=fmt)
+                if (w := table.add(m)) is not None]
+    return whole
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "json"])
+def test_a_row_overlapping_a_session_deltas_gave_joins_it_under_the_earliest_start(
+    fmt: OutputFormat,
+) -> None:
+    # After a restart the daemon no longer knows a's session [1, 51), which went out early
+    # in a delta; rows of a at 0 go out as a session [0, 50) of their own. The windows
+    # overlap, so they are one session: the delta's row moves to start 0 and adds up.
+    table = SessionTable()
+    apply(table, sessions(("a", 1, 51, 1, []), ("b", 1, 51, 5, [])), revision=0,
+          kind="delta", fmt=fmt)
+    whole = apply(table, sessions(("a", 0, 50, 3, [])), revision=1, fmt=fmt)
+    assert held(table) == [("a", 0, 1), ("a", 0, 3), ("b", 1, 5)]
+    # What it put in and took out, for a subscriber keeping its own copy.
+    assert sorted(whole.frame.get_column("row_count").to_list()) == [1, 3]
+    assert whole.replaced is not None
+    assert whole.replaced.get_column("row_count").to_list() == [1]
+    # A repeat of the delta (at-least-once output) is still a repeat under its new start.
+    apply(table, sessions(("a", 1, 51, 1, []), ("b", 1, 51, 5, [])), revision=0,
+          kind="delta", fmt=fmt)
+    assert held(table) == [("a", 0, 1), ("a", 0, 3), ("b", 1, 5)]
+
+
+def test_sessions_join_through_each_other_and_touching_windows_stay_apart() -> None:
+    # Deltas gave a [10, 60) and a [95, 145); a [200, 250) went out whole. A row [40, 100)
+    # overlaps both deltas' sessions: the three are one, from 10. [145, 195) only touches
+    # [95, 145) (windows are half-open) and [200, 250) is apart from everything.
+    table = SessionTable()
+    apply(table, sessions(("a", 10, 60, 1, []), ("a", 95, 145, 2, [])), revision=0,
+          kind="delta")
+    apply(table, sessions(("a", 200, 250, 4, [])), revision=0)
+    apply(table, sessions(("a", 40, 100, 8, [])), revision=1)
+    assert held(table) == [("a", 10, 1), ("a", 10, 2), ("a", 10, 8), ("a", 200, 4)]
+    apply(table, sessions(("a", 145, 195, 16, [])), revision=2)
+    assert held(table) == [("a", 10, 1), ("a", 10, 2), ("a", 10, 8), ("a", 145, 16),
+                           ("a", 200, 4)]
+
+
+def test_whole_sessions_that_overlap_are_one_session() -> None:
+    # b [0, 300) went out whole; an early revision then let every consumed row go, and
+    # after a restart a row of b at 1 went out as b [1, 301), whole too: one session.
+    # Its own start again is the same session sent whole again: it replaces the held one.
+    table = SessionTable()
+    apply(table, sessions(("b", 0, 300, 1, [])), revision=0)
+    apply(table, sessions(("b", 1, 301, 1, [])), revision=1)
+    assert held(table) == [("b", 0, 1), ("b", 0, 1)]
+    apply(table, sessions(("a", 0, 50, 1, [])), revision=0)
+    apply(table, sessions(("a", 0, 60, 2, [])), revision=1)
+    assert held(table) == [("a", 0, 2), ("b", 0, 1), ("b", 0, 1)]
+
+
 @pytest.mark.parametrize("fmt", ["arrow", "json"])
 def test_a_delta_takes_in_the_deltas_it_replaces_and_drops_the_whole_rows(
     fmt: OutputFormat,

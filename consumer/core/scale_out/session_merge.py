@@ -258,7 +258,8 @@ class SessionMergeEngine:
                                         self._values)
             self._late_held = SessionSet(self._aggregator, keys, self._spec, self._sids,
                                          self._values)
-            self._output = SessionOutput(self._aggregator, keys, self._values)
+            self._output = SessionOutput(self._aggregator, keys, self._values,
+                                         revising=self._revise_within_ms is not None)
             if self._revise_within_ms is not None:
                 self._revising = RevisingRows(self._sessions, keys, self._spec,
                                               self._revise_within_ms)

@@ -82,7 +82,8 @@ class SessionWindowEngine:
         buffer = ValueBuffer.for_plan(plan, (SID,))
         self._values = None if buffer is None else SessionValues(buffer)
         self._open = SessionSet(self._aggregator, self._keys, spec, self._sids, self._values)
-        self._output = SessionOutput(self._aggregator, self._keys, self._values)
+        self._output = SessionOutput(self._aggregator, self._keys, self._values,
+                                     revising=revise_within_ms is not None)
         self._late: LatePolicy = LateRows(self._open, self._keys, spec) \
             if revise_within_ms is None else RevisingRows(self._open, self._keys, spec,
                                                            revise_within_ms)
@@ -118,8 +119,7 @@ class SessionWindowEngine:
             return
         progress.restored_max_ms = metadata.max_event_ms
         self._late.restore(metadata.kept_sessions)
-        self._early.restore(metadata.revisions_through)
-        self._early.number_new(self._open)
+        self._early.restore(metadata.revisions_through, self._open)
         # Rows from `waiting` on were consumed but never taken into a session: new again.
         until = metadata.position if metadata.waiting is None else min(
             metadata.position, metadata.waiting)

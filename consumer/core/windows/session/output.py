@@ -5,11 +5,9 @@ The sessions going out in one turn share a message per revision number and kind:
 session going out once, whole, is ``full``; an early revision (the memory budget) and
 the revisions after it are ``delta`` (rows to add up); a provisional one (early results,
 provisional.py) is ``update``, not final; with ``window.late: revise``, a
-session that replaces emitted ones (a late row extended or bridged them) is ``update``.
-Every row says which emitted sessions of its keys it replaces (``replaces``: their
-``window_start``s), whatever its kind: a delta's session may have gone out early under
-other starts (a row before its first, or a bridging row, joined it since). Early
-revisions can come with any configuration, so every session output has the column.
+session that replaces emitted ones (a late row extended or bridged them) is ``update``,
+and every row says which emitted sessions of its keys it replaces (``replaces``: their
+``window_start``s), whatever its kind.
 """
 
 from __future__ import annotations
@@ -37,10 +35,12 @@ _KIND = "__session_kind"
 
 class SessionOutput:
     def __init__(self, aggregator: PartialAggregator, keys: Sequence[str],
-                 values: SessionValues | None) -> None:
+                 values: SessionValues | None, *, revising: bool) -> None:
+        """``revising``: rows say which emitted sessions they replace (late: revise)."""
         self._aggregator = aggregator
         self._keys = list(keys)
         self._values = values
+        self._revising = revising
 
     def windows(self, sessions: pl.DataFrame, *, final: bool,
                 provisional: bool = False) -> list[ClosedWindow]:
@@ -74,8 +74,11 @@ class SessionOutput:
                 finalized, self._values.of(part.get_column(SID)))
         bounds = part.select(pl.col(FIRST).cast(_UTC_MS).alias(WINDOW_START),
                              pl.col(END).cast(_UTC_MS).alias(WINDOW_END), *self._keys)
-        replaces = part.select(pl.col(REPLACES).cast(pl.List(_UTC_MS)).alias(REPLACES_COLUMN))
-        return pl.concat([bounds, finalized.drop(SID), replaces], how="horizontal")
+        columns = [bounds, finalized.drop(SID)]
+        if self._revising:
+            columns.append(part.select(pl.col(REPLACES).cast(pl.List(_UTC_MS))
+                                       .alias(REPLACES_COLUMN)))
+        return pl.concat(columns, how="horizontal")
 
 
 def _kind(name: str) -> RevisionKind:

@@ -95,16 +95,14 @@ class ProvisionalSessions:
             self._delta_out = self._delta_out or window.kind == "delta"
         return windows
 
-    def restore(self, revisions_through: int | None) -> None:
-        """A partition's committed metadata: the highest revision that went out."""
+    def restore(self, revisions_through: int | None, pool: SessionSet | None = None) -> None:
+        """A partition's committed metadata: the highest revision that went out. The
+        sessions ``pool`` opens from now on number on past it (one may have the keys and
+        start of one that went out early, whose rows the restart does not replay)."""
         self._through = later(self._through, revisions_through)
         self._delta_out = self._delta_out or revisions_through is not None
-
-    def number_new(self, pool: SessionSet) -> None:
-        """After a restart: sessions ``pool`` opens from now on number on past every
-        revision committed (one may have the keys and start of one that went out early)."""
         through = self.revisions_through
-        if through is not None:
+        if pool is not None and through is not None:
             pool.first_revision = max(pool.first_revision, through + 1)
 
     def rebuilt(self, pool: SessionSet) -> None:

@@ -65,10 +65,8 @@ class SessionSet:
     With ``window.late: revise``: ``KEPT`` marks an emitted session kept for revisions
     (late rows that reach it merge into it as into an open one, and the merged session
     is open again), ``NEXT_REVISION`` is the revision its next emission gets (a merge
-    numbers on from the highest of its parts). ``REPLACES`` lists the emitted sessions
-    (their ``FIRST``) it has taken in, which its next emission replaces: kept ones, and
-    (whatever ``window.late``) ones an early revision emptied, whose deltas subscribers
-    add up under the start it goes out with.
+    numbers on from the highest of its parts), and ``REPLACES`` lists the emitted
+    sessions (their ``FIRST``) it has taken in, which its next emission replaces.
     """
 
     def __init__(self, aggregator: PartialAggregator, keys: Sequence[str], spec: SessionSpec,
@@ -267,21 +265,13 @@ class SessionSet:
 
 
 
-# A part that went out under its own start: a kept session (late: revise), or one an
-# early revision emptied and no row has joined since (subscribers add its deltas up there).
-_WENT_OUT_AT_FIRST = pl.col(KEPT) | (pl.col(ROWS) == 0)
-
-
 def _replacing(members: pl.DataFrame) -> tuple[pl.DataFrame, pl.Expr]:
-    """``members`` with the own start of each part that went out under it added to its
-    ``REPLACES``, and the aggregation giving a merged session every part's, once each,
-    sorted: its next emission names every start subscribers hold its parts under, as a
-    row before them or a bridging row can move its start. The list work is skipped when
-    no part went out or replaces anything."""
-    if not members.select(_WENT_OUT_AT_FIRST.any()).item() \
-            and not members.get_column(REPLACES).list.len().max():
+    """``members`` with a kept session's own start added to its ``REPLACES`` (late:
+    revise), and the aggregation giving a merged session every part's, once each, sorted.
+    The list work is skipped when no part is kept or replaces anything."""
+    if not members.get_column(KEPT).any() and not members.get_column(REPLACES).list.len().max():
         return members, pl.lit([], pl.List(pl.Int64)).alias(REPLACES)
-    own = pl.when(_WENT_OUT_AT_FIRST).then(pl.concat_list(REPLACES, FIRST)).otherwise(
+    own = pl.when(pl.col(KEPT)).then(pl.concat_list(REPLACES, FIRST)).otherwise(
         pl.col(REPLACES))
     return (members.with_columns(own.alias(REPLACES)),
             pl.col(REPLACES).list.explode(keep_nulls=False, empty_as_null=False)

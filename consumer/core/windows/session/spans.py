@@ -42,9 +42,9 @@ FRONTIER = "__session_frontier"
 STATE_FIRST = "__session_state_first"
 STATE_LAST = "__session_state_last"
 SCATTERED = "__session_scattered"
-# ... and (session_set.py) for window.late: revise whether it is an emitted session kept
+# ... and for window.late: revise (session_set.py): whether it is an emitted session kept
 # for revisions, the revision its next emission gets, and the emitted sessions (their
-# first rows' times) it replaces: kept ones, or ones an early revision emptied.
+# first rows' times) it replaces.
 KEPT = "__session_kept"
 NEXT_REVISION = "__session_next_revision"
 REPLACES = "__session_replaces"

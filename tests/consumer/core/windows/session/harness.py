@@ -17,6 +17,8 @@ from consumer.core.types import ClosedWindow, PartitionKey
 from consumer.core.windows.session.engine import SessionWindowEngine
 from consumer.core.windows.session.spans import SessionSpec
 from tests.consumer.core.windows.helpers import EVENT_PLAN, SCHEMA, UTC_MS, Row, frame, ref
+from wire.output import decode_output, encode_window
+from wire.sessions import SessionTable
 
 SORT = ["k", "window_start"]
 # Aggregates that do not decompose, and DuckDB's for them over a session's rows.
@@ -207,46 +209,110 @@ class MiniDaemon:
 
 def held_sessions(windows: Sequence[ClosedWindow], aggregates: str = SUMS) -> pl.DataFrame:
     """What a subscriber holds after applying ``windows`` in order, as docs/wire-format.md
-    says (written here from that text, not from the engine): each row first takes out the
-    sessions of its keys it replaces, which must be held under a lower revision: one a
-    ``full`` or ``update`` gave is gone, one deltas gave moves to the row's window_start;
-    then a ``delta`` row adds to the session of its keys and window_start, and so does
-    any row to a session held from deltas; any other row must be new there. Returns the
-    held sessions in the reference's order, without ``replaces`` (``aggregates``: the
-    reference's, for the columns; only deltas of EVENT_PLAN's sums add up)."""
-    held: dict[tuple[object, object], dict[str, Any]] = {}
+    says (written here from that text, not from the engine), each row kept as a part of
+    its session: a repeat (keys, start as sent, revision, kind) is skipped; the sessions
+    of its keys a row names in ``replaces`` must be held under a lower revision (or a
+    provisional revision took them out), and the parts a ``full`` or ``update`` gave are
+    removed, as are the provisional sessions (early results) of its keys starting within
+    its bounds; a provisional row is then held as it is. A ``full`` or ``update`` row
+    replaces the parts a ``full`` or ``update`` gave at its keys and start; then the row
+    and the held sessions of its keys whose windows overlap it are one session, from the
+    earliest start. Returns the sessions (their parts added up) in the reference's order,
+    without ``replaces`` (``aggregates``: the reference's, for the columns; only
+    EVENT_PLAN's sums add up)."""
+    parts: list[dict[str, Any]] = []
+    taken_early: set[tuple[object, object]] = set()
     for window in windows:
+        provisional = not window.final and window.kind == "update"
         for row in window.frame.to_dicts():
-            row["__revision"] = window.revision
-            at = (row["k"], row["window_start"])
+            sent = (row["k"], row["window_start"], window.revision, window.kind)
+            if any(sent == p["__sent"] for p in parts):
+                continue
+            row.update(__revision=window.revision, __delta=window.kind == "delta",
+                       __sent=sent, __provisional=provisional)
             for start in row.pop("replaces", None) or []:
-                replaced = held.pop((row["k"], start), None)
-                assert replaced is not None, (
+                named = [p for p in parts if (p["k"], p["window_start"]) == (row["k"], start)]
+                # ... or a provisional revision of the session took it out already.
+                assert named or (row["k"], start) in taken_early, (
                     f"revision {window.revision} replaces {row['k']}@{start}, not held")
-                assert replaced["__revision"] < window.revision
-                if replaced["__delta"]:
-                    replaced["window_start"] = row["window_start"]
-                    held[at] = _added(held[at], replaced) if at in held else replaced
-            row["__delta"] = window.kind == "delta"
-            if at in held and (window.kind == "delta" or held[at]["__delta"]):
-                held[at] = _added(held[at], row)
-            else:
-                assert at not in held, f"{at} emitted twice (revision {window.revision})"
-                held[at] = row
+                assert all(p["__revision"] < window.revision for p in named)
+                parts = [p for p in parts if p not in named or p["__delta"]]
+                if provisional:
+                    taken_early.add((row["k"], start))
+            parts = [p for p in parts if not (  # provisional sessions it supersedes
+                p["__provisional"] and p["k"] == row["k"]
+                and row["window_start"] <= p["window_start"] < row["window_end"])]
+            if provisional:
+                parts.append(row)
+                continue
+            if not row["__delta"]:  # whole: it replaces its own session, bar the deltas
+                parts = [p for p in parts if p["__delta"] or (p["k"], p["window_start"]) != (
+                    row["k"], row["window_start"])]
+            joined = _overlapping(parts, row)
+            row["window_start"] = min([row["window_start"],
+                                       *(p["window_start"] for p in joined)])
+            for part in joined:
+                part["window_start"] = row["window_start"]
+            parts.append(row)
     empty = emitted([], aggregates)
-    if not held:
+    if not parts:
         return empty
-    return pl.DataFrame(list(held.values())).select(empty.columns).cast(empty.schema).sort(
+    def added(column: str) -> pl.Expr:
+        whole = pl.col(column).first()
+        if column in ("window_end", "v_max"):
+            return pl.col(column).max() if column == "window_end" else \
+                pl.when(pl.len() == 1).then(whole).otherwise(pl.col(column).max())
+        if column in ("v_sum", "n_count", "row_count"):
+            return pl.when(pl.len() == 1).then(whole).otherwise(pl.col(column).sum())
+        return whole  # a holistic column: sessions of it go out whole, never in parts
+
+    others = [c for c in empty.columns if c not in ("k", "window_start")]
+    frame = pl.DataFrame([{c: p[c] for c in empty.columns} for p in parts],
+                         schema=empty.schema)
+    return frame.group_by("k", "window_start").agg(*(added(c).alias(c) for c in others)
+                                                   ).select(empty.columns).sort(
         SORT, nulls_last=True)
 
 
-def _added(before: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with ``before`` added up into it (EVENT_PLAN's sums, counts and max)."""
-    row = {**row, "window_end": max(before["window_end"], row["window_end"]),
-           "v_max": max(before["v_max"], row["v_max"])}
-    for column in ("v_sum", "n_count", "row_count"):
-        row[column] = before[column] + row[column]
-    return row
+def table_sessions(windows: Sequence[ClosedWindow]) -> pl.DataFrame:
+    """What ``wire.sessions.SessionTable`` (read_output(complete=True)) holds after the
+    engine's ``windows`` went out as messages, its rows of one session added up
+    (EVENT_PLAN's columns)."""
+    table = SessionTable()
+    for window in windows:
+        for message in encode_window(
+                window.frame, start_ms=window.start_ms, end_ms=window.end_ms,
+                input_rows=window.input_rows, fmt="arrow", compression="zstd",
+                max_bytes=1_000_000, revision=window.revision, final=window.final,
+                kind=window.kind, keys=["k"], sessions=True):
+            table.add(decode_output(message.value, message.headers))
+    empty = emitted([])
+    held = table.sessions()
+    if held.height == 0:
+        return empty
+    return held.group_by("k", "window_start").agg(
+        pl.col("window_end", "v_max").max(), pl.col("v_sum", "n_count", "row_count").sum(),
+    ).select(empty.columns).cast(empty.schema).sort(SORT, nulls_last=True)
+
+def _overlapping(parts: list[dict[str, Any]], row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The held parts of the sessions of ``row``'s keys whose windows overlap its window,
+    directly or through each other (a session's window: its earliest start, its parts'
+    latest end)."""
+    found: list[dict[str, Any]] = []
+    start, end = row["window_start"], row["window_end"]
+    parts = [p for p in parts if not p["__provisional"]]
+    while True:
+        near = [p for p in parts if p["k"] == row["k"] and p not in found
+                and p["window_start"] < end and start < p["window_end"]]
+        # ... with the other parts of their sessions.
+        starts = {p["window_start"] for p in near}
+        more = [p for p in parts if p["k"] == row["k"] and p not in found
+                and (p in near or p["window_start"] in starts)]
+        if not more:
+            return found
+        found += more
+        start = min([start, *(p["window_start"] for p in more)])
+        end = max([end, *(p["window_end"] for p in more)])
 
 
 def not_late(rows: Sequence[Row], late: Sequence[pl.DataFrame]) -> list[Row]:

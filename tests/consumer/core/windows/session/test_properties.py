@@ -4,10 +4,11 @@
 - any crash points (SIGKILL-like: the uncommitted is lost, the engine restarts from the
   committed offsets and their metadata) give the same committed output as no crash,
   when each partition is in time order;
-- with rows in any order, crashes never duplicate or lose a row: each is in exactly one
-  committed session or in the late output;
-- and a subscriber applying the committed output as docs/wire-format.md says holds the
-  sort-and-scan sessions of the rows not late, early revisions and all.
+- with rows in any order, early revisions and crashes anywhere, no row is duplicated or
+  lost (each is in exactly one committed session or in the late output), and a
+  subscriber applying the committed output as docs/wire-format.md says (written from
+  the text here, and wire.sessions.SessionTable) holds the sort-and-scan sessions of the
+  rows not late.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tests.consumer.core.windows.session.harness import (
     not_late,
     session_engine,
     session_reference,
+    table_sessions,
 )
 
 rows_st = st.tuples(st.sampled_from(["a", "b", None]), st.integers(0, 3_000),
@@ -142,12 +144,29 @@ def per_key(rows: pl.DataFrame, count: pl.Expr) -> pl.DataFrame:
 @example(rows0=[("a", 1, 0.0, 0, 0.0)] * 2, rows1=[], cuts=[1] * 8,
          steps=[([P0], "flush+early+crash"), ([P0], "flush+early")], gap_ms=50,
          max_session_ms=None)
-def test_crashes_with_rows_in_any_order_never_duplicate_or_lose_a_row(
+# A row before an early-emitted session's first moves its start: the closing delta has
+# another window_start, and its window overlaps the first delta's.
+@example(rows0=[], rows1=[("a", 1, 0.0, 0, 0.0)] + [("a", 0, 0.0, 0, 0.0)] * 3,
+         cuts=[0] * 7 + [1], steps=[([P1], "flush+early")], gap_ms=50, max_session_ms=None)
+# ... and after a restart, which does not know the emptied session, the rows at 0 go out
+# as a session of their own: its window overlaps the delta's, so they are one.
+@example(rows0=[], rows1=[("a", 1, 0.0, 0, 0.0)] + [("a", 0, 0.0, 0, 0.0)] * 3,
+         cuts=[0] * 7 + [1], steps=[([P1], "flush+early+crash")], gap_ms=50,
+         max_session_ms=None)
+# The early revision let b [0, 300)'s rows go (closed less than a gap before the
+# frontier); after the restart b@1, late for the running engine, goes out as b [1, 301).
+@example(rows0=[("a", 300, 0.0, 0, 0.0)],
+         rows1=[("a", 0, 0.0, 0, 0.0)] * 2 + [("a", 300, 0.0, 0, 0.0), ("b", 0, 0.0, 0, 0.0)]
+         + [("a", 0, 0.0, 0, 0.0)] * 5 + [("b", 1, 0.0, 0, 0.0)],
+         cuts=[0, 1, 0, 0, 0, 0, 0, 4], steps=[([P0, P0, P1], "flush+early+crash")],
+         gap_ms=300, max_session_ms=None)
+def test_crashes_with_rows_in_any_order_lose_nothing_and_subscribers_hold_the_sessions(
     *, rows0: list[Row], rows1: list[Row], cuts: list[int],
     steps: list[tuple[list[PartitionKey], str]], gap_ms: int, max_session_ms: int | None,
 ) -> None:
     output = run({P0: cut(rows0, cuts), P1: cut(rows1, cuts[::-1])}, steps, gap_ms,
                  max_session_ms)
+    # Each row is in exactly one committed session or in the late output.
     parts = [per_key(emitted(output.windows), pl.col("row_count").sum())]
     parts += [per_key(late.select("k", "n_count"), pl.len()) for late in output.late]
     counted = pl.concat(parts).group_by("k").agg(pl.col("rows", "n").sum()).sort(
@@ -162,45 +181,21 @@ def test_crashes_with_rows_in_any_order_never_duplicate_or_lose_a_row(
         pl.lit(w.revision).alias("revision"), pl.lit(w.kind).alias("kind"))
         for w in output.windows] or [pl.DataFrame()])
     assert named.height == named.unique().height
-
-
-def no_crash_after_early(steps: list[tuple[list[PartitionKey], str]],
-                         ) -> list[tuple[list[PartitionKey], str]]:
-    """``steps`` with no crash once an early revision went out: a restart cannot know the
-    sessions an early revision emptied (their bounds are not in the commit metadata), so
-    their later rows go out as sessions of their own (see the test after this one)."""
-    out, early = [], False
-    for order, action in steps:
-        early = early or "early" in action
-        calm = action.replace("+crash", "").replace("crash", "flush")
-        out.append((order, calm if early else action))
-    return out
-
-
-@given(rows0=st.lists(rows_st, max_size=14), rows1=st.lists(rows_st, max_size=14),
-       cuts=st.lists(st.integers(0, 4), min_size=8, max_size=8),
-       steps=steps_with_early_st.map(no_crash_after_early), gap_ms=gaps,
-       max_session_ms=maxima)
-# A row before an early-emitted session's first moves its start: the closing delta names
-# the start it went out under.
-@example(rows0=[], rows1=[("a", 1, 0.0, 0, 0.0)] + [("a", 0, 0.0, 0, 0.0)] * 3,
-         cuts=[0] * 7 + [1], steps=[([P1], "flush+early")], gap_ms=50, max_session_ms=None)
-def test_a_subscriber_holds_the_sort_and_scan_sessions_with_rows_in_any_order(
-    *, rows0: list[Row], rows1: list[Row], cuts: list[int],
-    steps: list[tuple[list[PartitionKey], str]], gap_ms: int, max_session_ms: int | None,
-) -> None:
-    output = run({P0: cut(rows0, cuts), P1: cut(rows1, cuts[::-1])}, steps, gap_ms,
-                 max_session_ms)
-    expected = session_reference(not_late([*rows0, *rows1], output.late), gap_ms,
+    # A subscriber, as the docs say and as SessionTable does, holds the sort-and-scan
+    # sessions of the rows not late.
+    sessions = session_reference(not_late([*rows0, *rows1], output.late), gap_ms,
                                  max_session_ms)
-    assert_frame_equal(held_sessions(output.windows), expected)
+    assert_frame_equal(held_sessions(output.windows), sessions)
+    assert_frame_equal(table_sessions(output.windows), sessions)
 
 
-def test_a_restart_after_an_early_revision_holds_rows_that_join_it_apart() -> None:
-    # The documented limit (docs/wire-format.md, "Session windows"): the restart does not
-    # know a@1's session, which the early revision emptied, so the rows at 0 that join it
-    # go out as a session of their own, held apart from its delta; none is lost.
+
+def test_rows_joining_a_session_a_restart_forgot_are_one_session_with_its_deltas() -> None:
+    # The restart does not know a@1's session, which the early revision emptied, so the
+    # rows at 0 that join it go out as a session [0, 50) of their own, whole; its window
+    # overlaps the delta's [1, 51), so a subscriber holds one session (wire-format.md).
     rows1 = [("a", 1, 1.0, 1, 1.0)] + [("a", 0, 2.0, 1, 2.0)] * 3
     output = run({P0: [], P1: cut(rows1, [1])}, [([P1], "flush+early+crash")], 50, None)
-    held = pl.concat([session_reference(rows1[:1], 50), session_reference(rows1[1:], 50)])
-    assert_frame_equal(held_sessions(output.windows), held.sort("k", "window_start"))
+    assert [(w.kind, w.frame.get_column("row_count").to_list()) for w in output.windows] == [
+        ("delta", [1]), ("full", [3])]
+    assert_frame_equal(held_sessions(output.windows), session_reference(rows1, 50))

@@ -8,8 +8,6 @@ ones, across merges, late revisions and crashes."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
-from typing import Any
 
 import polars as pl
 from hypothesis import example, given, settings
@@ -21,10 +19,10 @@ from tests.consumer.core.windows.helpers import P0, P1, Row
 from tests.consumer.core.windows.session.harness import (
     HOLISTIC_PLAN,
     HOLISTIC_SQL,
-    SORT,
     MiniDaemon,
     emitted,
     feed,
+    held_sessions,
     not_late,
     session_engine,
     session_reference,
@@ -35,44 +33,6 @@ FAR = 10**12  # every partition idle: every session closes
 
 def row(k: str, ts: int, v: float = 1.0, n: int = 1) -> Row:
     return (k, ts, v, n, v)
-
-
-def running_view(windows: Sequence[ClosedWindow], aggregates: str | None = None,
-                 ) -> pl.DataFrame:
-    """What a subscriber keeping a running view holds after ``windows``, applied in order
-    as docs/wire-format.md says (written from that text, not from the engine): a row
-    first takes out the sessions of its keys named in ``replaces`` (those deltas gave
-    move to its window_start), and removes every provisional session of its keys whose
-    window_start lies within its own bounds; then a delta adds to its session, any other
-    row is its session. EVENT_PLAN's columns add up."""
-    held: dict[tuple[Any, datetime], dict[str, Any]] = {}
-    for window in windows:
-        provisional = not window.final and window.kind == "update"
-        for values in window.frame.to_dicts():
-            start, end = values["window_start"], values["window_end"]
-            for gone in values.pop("replaces", None) or []:
-                replaced = held.pop((values["k"], gone), None)
-                if replaced is not None and replaced["__delta"]:
-                    held[(values["k"], start)] = {**replaced, "window_start": start}
-            for at in [at for at, h in held.items() if h["__provisional"] and at[0] ==
-                       values["k"] and start <= at[1] < end]:
-                del held[at]
-            at = (values["k"], start)
-            values["__provisional"] = provisional
-            values["__delta"] = window.kind == "delta"
-            if window.kind == "delta" and at in held:
-                before = held[at]
-                values["window_end"] = max(before["window_end"], end)
-                for column in ("v_sum", "n_count", "row_count"):
-                    values[column] += before[column]
-                values["v_max"] = max(before["v_max"], values["v_max"])
-            held[at] = values
-    empty = session_reference([], 1, aggregates=aggregates) if aggregates else \
-        session_reference([], 1)
-    if not held:
-        return empty
-    return pl.DataFrame([{c: v[c] for c in empty.columns} for v in held.values()],
-                        schema=empty.schema).sort(SORT, nulls_last=True)
 
 
 def kinds(windows: Sequence[ClosedWindow]) -> list[tuple[bool, int, str]]:
@@ -105,14 +65,14 @@ def test_open_sessions_go_out_whole_while_they_grow_and_merge_then_close_numbere
         assert_frame_equal(got, now.join(got.select("k", "window_start"),
                                          on=["k", "window_start"], how="semi"))
         out += provisional
-        assert_frame_equal(running_view(out), now)
+        assert_frame_equal(held_sessions(out), now)
     assert kinds(out) == [(False, 0, "update"), (False, 0, "update"), (False, 1, "update"),
                           (False, 2, "update")]
     assert engine.open_window_count() == 2
     closed = engine.close_due(FAR)
     assert kinds(closed) == [(True, 3, "full"), (True, 1, "full")]  # a, b
     assert_frame_equal(emitted(closed), session_reference(consumed, 100))
-    assert_frame_equal(running_view(out + closed), session_reference(consumed, 100))
+    assert_frame_equal(held_sessions(out + closed), session_reference(consumed, 100))
 
 
 def test_buffered_aggregates_go_out_as_of_now_and_stay_buffered() -> None:
@@ -147,7 +107,7 @@ def test_a_session_the_memory_budget_emptied_is_told_by_its_deltas_only() -> Non
     [closed] = engine.close_due(FAR)
     assert kinds([closed]) == [(True, 2, "delta")]
     rows = [row("a", 100), row("a", 150, 2.0)]
-    assert_frame_equal(running_view([told, early, closed]), session_reference(rows, 100))
+    assert_frame_equal(held_sessions([told, early, closed]), session_reference(rows, 100))
 
 
 def test_with_late_revise_a_provisional_merge_names_the_emitted_session_it_takes_in() -> None:
@@ -166,11 +126,11 @@ def test_with_late_revise_a_provisional_merge_names_the_emitted_session_it_takes
     assert kinds([merged]) == [(False, 1, "update")]
     assert merged.frame.get_column("replaces").to_list() == [[closed.frame.item(0, 0)]]
     assert_frame_equal(emitted([merged]), session_reference(everything, 100))
-    assert_frame_equal(running_view([closed, told, merged]), session_reference(everything, 100))
+    assert_frame_equal(held_sessions([closed, told, merged]), session_reference(everything, 100))
     [final] = engine.close_due(FAR)
     assert kinds([final]) == [(True, 2, "update")]
     whole = [w for w in [closed, told, merged, final] if w.final]  # what complete=True takes
-    assert_frame_equal(running_view(whole), session_reference(everything, 100))
+    assert_frame_equal(held_sessions(whole), session_reference(everything, 100))
 
 
 messages_st = st.lists(st.tuples(
@@ -220,6 +180,6 @@ def test_across_crashes_revisions_never_repeat_and_the_closing_ones_equal_duckdb
     on_time = not_late(everything, out.late)
     whole = [w for w in out.windows if w.final]
     expected = session_reference(on_time, 100)
-    assert_frame_equal(running_view(whole).drop("replaces", strict=False), expected)
-    assert_frame_equal(running_view(out.windows).drop("replaces", strict=False), expected)
+    assert_frame_equal(held_sessions(whole), expected)
+    assert_frame_equal(held_sessions(out.windows), expected)
 

@@ -25,6 +25,7 @@ from tests.consumer.core.windows.session.harness import (
     not_late,
     session_engine,
     session_reference,
+    table_sessions,
 )
 
 rows_st = st.tuples(st.sampled_from(["a", "b", None]), st.integers(0, 3_000),
@@ -100,15 +101,19 @@ def test_revisions_of_buffered_aggregates_hold_duckdbs_over_all_of_a_sessions_ro
 @example(rows0=[("a", 0, 0.0, 0, 0.0)] * 5 + [("a", 50, 0.0, 0, 0.0)],
          rows1=[("a", 0, 0.0, 0, 0.0)] * 4 + [("a", 50, 0.0, 0, 0.0), ("a", 0, 0.0, 0, 0.0)],
          sizes=[1] * 6, steps=[([P0], "flush+early+crash")], gap_ms=50, within_ms=200)
-def test_early_revisions_and_crashes_never_lose_or_double_a_row(
+def test_with_early_revisions_and_crashes_subscribers_hold_the_sessions_not_late(
     *, rows0: list[Row], rows1: list[Row], sizes: list[int],
     steps: list[tuple[list[PartitionKey], str]], gap_ms: int, within_ms: int,
 ) -> None:
     output = run({P0: cut(rows0, sizes), P1: cut(rows1, sizes[::-1])}, steps, gap_ms,
                  within_ms)
     held = held_sessions(output.windows)  # asserts every replaced session was held
-    kept = frame(not_late([*rows0, *rows1], output.late))
-    assert_frame_equal(per_key(held, pl.col("row_count").sum()), per_key(kept, pl.len()))
+    kept = not_late([*rows0, *rows1], output.late)
+    assert_frame_equal(per_key(held, pl.col("row_count").sum()), per_key(frame(kept), pl.len()))
+    # ... and it holds the sort-and-scan sessions (docs/wire-format.md), as does
+    # wire.sessions.SessionTable
+    assert_frame_equal(held, session_reference(kept, gap_ms))
+    assert_frame_equal(table_sessions(output.windows), session_reference(kept, gap_ms))
 
 
 def per_key(rows: pl.DataFrame, count: pl.Expr) -> pl.DataFrame:
@@ -258,8 +263,7 @@ def test_the_memory_budget_forgets_kept_sessions_and_sends_what_open_ones_took_i
     assert len(scene.late) == 1
     assert scene.send(row("a", 120)) == []  # joins a's emptied session
     (last,) = scene.send(row("b", 1_000))  # b's emptied session has nothing more to say
-    # ... under the start it went out under, which it names (as a start that moved)
-    assert (last.kind, last.revision, bounds(last)) == ("delta", 2, [(0, 220, "a", [0])])
+    assert (last.kind, last.revision, bounds(last)) == ("delta", 2, [(0, 220, "a", [])])
     assert_frame_equal(per_key(held_sessions(scene.windows), pl.col("row_count").sum()),
                        per_key(frame(not_late(scene.rows, scene.late)).filter(
                            pl.col("ts").dt.epoch("ms") < 1_000), pl.len()))
